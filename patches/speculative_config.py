@@ -1,0 +1,139 @@
+"""Front-end patches: ``"method": "jacobi"`` and ``--speculative-model "[jacobi]"`` in vLLM.
+
+vLLM has no proposer registry; its ``custom_class`` hook is the supported entry. We wrap
+``EngineArgs.create_speculative_config`` to rewrite our method names into ``custom_class`` +
+class path (after validating our options), and ``EngineArgs.add_cli_args`` to accept the
+design card's spelling and our names in ``--spec-method``. Runs in the front-end process,
+before any engine exists, so bad input fails there with a clear message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import typing
+from typing import Any
+
+from vllm_cllm.options import ADDITIONAL_CONFIG_KEY, METHODS, parse_options
+
+from . import PatchGroup, Wrap, has_params
+
+_BRACKETED = re.compile(r"^\[(?P<name>[A-Za-z_][\w-]*)\]$")
+
+
+def max_draft_tokens() -> int:
+    """vLLM's per-request limit on verified draft tokens (MAX_SPEC_LEN of the rejection sampler)."""
+    from vllm.v1.sample import rejection_sampler
+
+    return int(rejection_sampler.MAX_SPEC_LEN)
+
+
+def _method_from_model(model: Any) -> str | None:
+    """``"[jacobi]"`` → ``"jacobi"`` (the legacy spelling); anything else → None."""
+    if isinstance(model, str):
+        match = _BRACKETED.match(model.strip())
+        if match and match.group("name") in METHODS:
+            return match.group("name")
+    return None
+
+
+def rewrite_speculative_args(engine_args: Any) -> None:
+    """Turn our method names into vLLM's custom_class form, in place, or raise ConfigError.
+
+    Handles ``speculative_config={"method": "jacobi", ...}``, ``--spec-method jacobi``,
+    ``--speculative-model "[jacobi]"`` (stored as spec_model) and ``{"model": "[jacobi]"}``.
+    """
+    spec = dict(engine_args.speculative_config or {})
+    spec = {k.replace("-", "_"): v for k, v in spec.items()}
+    if engine_args.spec_method in METHODS:
+        spec.setdefault("method", engine_args.spec_method)
+        engine_args.spec_method = None
+    legacy = _method_from_model(engine_args.spec_model)
+    if legacy:
+        spec.setdefault("method", legacy)
+        engine_args.spec_model = None
+    legacy = _method_from_model(spec.get("model"))
+    if legacy:
+        spec.setdefault("method", legacy)
+        spec.pop("model")
+    if spec.get("method") not in METHODS:
+        return
+    if engine_args.spec_tokens is not None and "num_speculative_tokens" not in spec:
+        spec["num_speculative_tokens"] = engine_args.spec_tokens
+        engine_args.spec_tokens = None
+    options = parse_options(spec, max_draft_tokens())
+    vllm_spec = {k: v for k, v in spec.items() if k in ("disable_by_batch_size", "max_model_len",
+                                                           "disable_log_stats")}
+    vllm_spec.update(method="custom_class", model=METHODS[options.method],
+                     num_speculative_tokens=options.num_speculative_tokens)
+    engine_args.speculative_config = vllm_spec
+    extra = dict(engine_args.additional_config or {})
+    extra[ADDITIONAL_CONFIG_KEY] = options.to_dict()
+    engine_args.additional_config = extra
+
+
+def _wrap_create_speculative_config(original):
+    def create_speculative_config(self, *args: Any, **kwargs: Any):
+        rewrite_speculative_args(self)
+        return original(self, *args, **kwargs)
+
+    return create_speculative_config
+
+
+def _extend_parser(parser: argparse.ArgumentParser) -> None:
+    """Add our names to --spec-method and the design card's legacy flags, if absent."""
+    for action in parser._actions:
+        if action.dest == "spec_method" and action.choices is not None:
+            choices = list(action.choices)
+            action.choices = choices + [m for m in METHODS if m not in choices]
+    existing = {s for a in parser._actions for s in a.option_strings}
+    if "--speculative-model" not in existing:
+        parser.add_argument(
+            "--speculative-model", dest="spec_model", default=None,
+            help='vllm-cllm: legacy spelling of the speculative method, e.g. "[jacobi]"')
+    if "--num-speculative-tokens" not in existing:
+        parser.add_argument(
+            "--num-speculative-tokens", dest="spec_tokens", type=int, default=None,
+            help="vllm-cllm: legacy spelling of num_speculative_tokens")
+
+
+def _wrap_add_cli_args(original):
+    def add_cli_args(parser, *args: Any, **kwargs: Any):
+        parser = original(parser, *args, **kwargs)
+        _extend_parser(parser)
+        return parser
+
+    return add_cli_args
+
+
+def _method_literal_has_custom_class() -> bool:
+    from vllm.config.speculative import SpeculativeMethod
+
+    def flat(tp: Any) -> set[Any]:
+        args = typing.get_args(tp)
+        return set().union(*(flat(a) for a in args)) if args else {tp}
+
+    return "custom_class" in flat(SpeculativeMethod)
+
+
+def patch_group() -> PatchGroup:
+    from vllm.engine.arg_utils import EngineArgs
+
+    return PatchGroup(
+        name="speculative-config",
+        probes=[
+            ("EngineArgs.create_speculative_config(target_model_config, target_parallel_config)",
+             lambda: has_params(EngineArgs.create_speculative_config, "target_model_config")),
+            ("EngineArgs.add_cli_args", lambda: callable(EngineArgs.add_cli_args)),
+            ("EngineArgs fields spec_method/spec_model/spec_tokens/additional_config",
+             lambda: all(f in EngineArgs.__dataclass_fields__ for f in
+                         ("spec_method", "spec_model", "spec_tokens", "additional_config"))),
+            ("'custom_class' in vllm.config.speculative.SpeculativeMethod",
+             _method_literal_has_custom_class),
+            ("vllm.v1.sample.rejection_sampler.MAX_SPEC_LEN", lambda: max_draft_tokens() > 0),
+        ],
+        wraps=[
+            Wrap(EngineArgs, "create_speculative_config", _wrap_create_speculative_config),
+            Wrap(EngineArgs, "add_cli_args", _wrap_add_cli_args),
+        ],
+    )

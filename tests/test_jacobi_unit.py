@@ -1,0 +1,109 @@
+"""The Jacobi shift, fill policies and the capture table, without an engine."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from vllm_cllm.capture import VerifyPredictions
+from vllm_cllm.fill import NgramFill, NoFill, RandomContextFill
+from vllm_cllm.jacobi import HybridState, JacobiProposer, matched_prefix, next_draft
+
+
+def _logits_for(predicted: list[int], vocab: int = 50) -> torch.Tensor:
+    logits = torch.zeros(len(predicted), vocab)
+    logits[torch.arange(len(predicted)), torch.tensor(predicted)] = 1.0
+    return logits
+
+
+def test_predictions_split_by_rows_per_request():
+    preds = VerifyPredictions.from_logits(_logits_for([1, 2, 3, 4, 5, 6]), [3, 1, 2],
+                                          ["a", "b", "c"])
+    assert [preds.row(i).tolist() for i in range(3)] == [[1, 2, 3], [4], [5, 6]]
+
+
+def test_predictions_ignore_dummy_runs():
+    assert VerifyPredictions.from_logits(_logits_for([1, 2]), [1, 2], ["a", "b"]) is None
+
+
+def _proposer(k: int, fill: str = "tail", max_model_len: int = 100) -> JacobiProposer:
+    config = SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=k),
+        model_config=SimpleNamespace(max_model_len=max_model_len),
+        additional_config={"vllm_cllm": {"method": "jacobi", "num_speculative_tokens": k,
+                                         "fill": fill, "ngram_min": 2, "ngram_max": 4,
+                                         "seed": 0}},
+    )
+    return JacobiProposer(config)
+
+
+def test_next_draft_is_tail_past_accepted_prefix():
+    # Request 0 had drafts d1..d4; target predicted g1..g5 = 11..15; 1 draft accepted, so vLLM
+    # committed g1, g2 (= sampled). Next draft: g3..g5. Request 1 had all accepted: no tail.
+    proposer = _proposer(k=4)
+    proposer.observe_verification(_logits_for([11, 12, 13, 14, 15, 21, 22], vocab=60),
+                                  SimpleNamespace(num_draft_tokens=[4, 1]), ["r0", "r1"])
+    tokens = np.arange(40).reshape(2, 20)
+    drafts = proposer.propose([[11, 12], [21, 22]], np.array([10, 12]), tokens)
+    assert drafts[0] == [13, 14, 15]  # 'tail' fill adds nothing while the tail is non-empty
+    assert len(drafts[1]) == 4 and set(drafts[1]) <= set(tokens[1, :12].tolist())  # restart
+    assert proposer.take_predictions() is None  # consumed
+
+
+def test_discarded_rows_and_max_model_len_get_no_draft():
+    proposer = _proposer(k=4, max_model_len=12)
+    proposer.observe_verification(_logits_for([5, 6, 7]), None, ["a", "b", "c"])
+    tokens = np.zeros((3, 12), dtype=np.int64)
+    drafts = proposer.propose([[5], [], [7]], np.array([10, 4, 12]), tokens)
+    assert len(drafts[0]) == 2  # room for 2 before max_model_len
+    assert drafts[1] == [] and drafts[2] == []
+
+
+def test_ngram_fill_continues_after_tail():
+    context = np.array([1, 2, 3, 4, 5, 9, 1, 2])
+    fill = NgramFill(2, 4, max_model_len=100)
+    assert next_draft(np.array([3]), context, 4, fill, NoFill()).tolist() == [3, 4, 5, 9]
+
+
+def test_random_fill_is_seeded_and_from_context():
+    a = RandomContextFill(7)(np.array([4, 5, 6]), 10)
+    b = RandomContextFill(7)(np.array([4, 5, 6]), 10)
+    assert a.tolist() == b.tolist() and set(a.tolist()) <= {4, 5, 6}
+
+
+def test_hybrid_prefers_the_source_that_matched():
+    state = HybridState()
+    jacobi, ngram = np.array([1, 2, 3]), np.array([7, 8, 9])
+    for _ in range(3):
+        state.choose(jacobi, ngram)
+        state.update([1, 2, 3, 4])  # the Jacobi draft was right
+    assert state.choose(jacobi, ngram) is jacobi
+    assert matched_prefix(np.array([1, 2, 5]), [1, 2, 3]) == 2
+
+
+def test_hybrid_state_is_dropped_when_request_leaves():
+    proposer = _proposer(k=3, fill="hybrid")
+    proposer.observe_verification(_logits_for([1, 2]), None, ["a", "b"])
+    proposer.propose([[1], [2]], np.array([5, 5]), np.ones((2, 10), dtype=np.int64))
+    assert proposer.tracked_requests() == {"a", "b"}
+    proposer.retain_requests({"b"})
+    assert proposer.tracked_requests() == {"b"}
+
+
+def test_ngram_prefers_longest_then_latest_match():
+    from vllm_cllm.fill import longest_ngram_continuation
+
+    ctx = np.array([7, 1, 2, 8, 9, 3, 1, 2, 5, 6, 0, 3, 1, 2])
+    # suffix (3,1,2) occurred at index 5 -> continue with 5, 6
+    assert longest_ngram_continuation(ctx, 2, 4, 2).tolist() == [5, 6]
+    assert longest_ngram_continuation(np.array([1, 2, 3]), 2, 4, 2).tolist() == []
+
+
+def test_random_fill_depends_only_on_the_request():
+    fill = RandomContextFill(3)
+    ctx = np.arange(100, 140)
+    first = fill(ctx, 8)
+    fill(np.arange(7), 8)  # another request in between
+    assert fill(ctx, 8).tolist() == first.tolist()

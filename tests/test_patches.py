@@ -1,0 +1,78 @@
+"""Patches wrap (never copy), are idempotent, and are applied all-or-nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_cllm.errors import UnsupportedVllmError
+from vllm_cllm.patches import PatchGroup, Wrap
+
+
+class Toy:
+    def method(self, x, **kwargs):
+        return ("orig", x, kwargs)
+
+    @staticmethod
+    def static(x):
+        return x + 1
+
+
+def _tagging(original):
+    def wrapper(*args, **kwargs):
+        return ("wrapped", original(*args, **kwargs))
+    return wrapper
+
+
+def test_wrap_calls_original_and_passes_unknown_kwargs():
+    class T(Toy):
+        pass
+    T.method = Toy.method
+    group = PatchGroup("toy", wraps=[Wrap(T, "method", _tagging)])
+    group.apply()
+    assert T().method(1, new_kwarg=2) == ("wrapped", ("orig", 1, {"new_kwarg": 2}))
+
+
+def test_wrap_is_idempotent_and_keeps_staticmethods():
+    class T:
+        static = Toy.__dict__["static"]
+    group = PatchGroup("toy", wraps=[Wrap(T, "static", _tagging)])
+    group.apply()
+    group.apply()
+    assert T.static(1) == ("wrapped", 2)  # wrapped once, still callable on the class
+    assert isinstance(T.__dict__["static"], staticmethod)
+
+
+def test_failed_probe_patches_nothing_and_names_version_and_piece():
+    class T:
+        def method(self):
+            return "orig"
+    group = PatchGroup("toy", probes=[("ok", lambda: True), ("Toy.missing_hook", lambda: False)],
+                       wraps=[Wrap(T, "method", _tagging)])
+    with pytest.raises(UnsupportedVllmError) as err:
+        group.apply()
+    assert "Toy.missing_hook" in str(err.value) and "vLLM" in str(err.value)
+    assert T().method() == "orig"
+    assert not group.is_applied()
+
+
+def test_register_twice_wraps_vllm_once():
+    from vllm.engine.arg_utils import EngineArgs
+
+    from vllm_cllm.plugin import apply_worker_patches, register
+
+    register()
+    register()
+    apply_worker_patches()
+    apply_worker_patches()
+    wrapped = EngineArgs.create_speculative_config
+    assert getattr(wrapped, "__vllm_cllm_patch__", False)
+    assert not getattr(wrapped.__wrapped__, "__vllm_cllm_patch__", False)
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    assert not getattr(GPUModelRunner._sample.__wrapped__, "__vllm_cllm_patch__", False)
+
+
+def test_entry_point_is_registered():
+    from importlib.metadata import entry_points
+
+    names = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
+    assert names.get("vllm_cllm") == "vllm_cllm.plugin:register"

@@ -1,0 +1,82 @@
+"""Measure one engine configuration: tokens per verify step and output tokens/s.
+
+Each configuration runs in its own process (``python -m vllm_cllm.benchmarking``): engines
+then never share memory or global state, and vLLM's ``ngram`` (which imports numba) cannot
+disturb the engines measured after it. Timings are wall-clock over whole ``generate`` calls
+after a warm-up; compare configurations only within one run on one machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+from vllm_cllm.runtime import mean_acceptance_length, spec_metrics, with_engine
+
+
+def _measure_batch_size(llm: Any, prompts: list[str], batch_size: int, max_tokens: int
+                        ) -> dict[str, Any]:
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    llm.generate(prompts[:batch_size], SamplingParams(temperature=0.0, max_tokens=16),
+                 use_tqdm=False)  # warm-up
+    before = spec_metrics(llm)
+    tokens: list[list[int]] = []
+    start = time.perf_counter()
+    for i in range(0, len(prompts), batch_size):
+        outputs = llm.generate(prompts[i:i + batch_size], params, use_tqdm=False)
+        tokens.extend(list(o.outputs[0].token_ids) for o in outputs)
+    elapsed = time.perf_counter() - start
+    after = spec_metrics(llm)
+    per_pos_before = before.get("num_accepted_tokens_per_pos") or []
+    per_pos = [a - (per_pos_before[i] if i < len(per_pos_before) else 0)
+               for i, a in enumerate(after.get("num_accepted_tokens_per_pos") or [])]
+    drafts = (after.get("num_drafts") or 0) - (before.get("num_drafts") or 0)
+    generated = sum(len(t) for t in tokens)
+    return {
+        "batch_size": batch_size, "num_prompts": len(prompts), "output_tokens": generated,
+        "seconds": elapsed, "tokens_per_s": generated / elapsed,
+        "tpf": mean_acceptance_length(before, after),
+        "acceptance_by_position": [p / drafts for p in per_pos] if drafts else [],
+        "tokens": tokens,
+    }
+
+
+def measure(model: str, spec: dict[str, Any] | None, prompts_by_batch: dict[int, list[str]],
+            max_tokens: int) -> list[dict[str, Any]]:
+    """One engine, every batch size in turn (prompts chosen per batch size)."""
+    return with_engine(model, spec, lambda llm: [
+        _measure_batch_size(llm, prompts, bs, max_tokens)
+        for bs, prompts in sorted(prompts_by_batch.items())])
+
+
+def measure_in_subprocess(model: str, spec: dict[str, Any] | None,
+                          prompts_by_batch: dict[int, list[str]], max_tokens: int
+                          ) -> list[dict[str, Any]]:
+    """:func:`measure` in a fresh interpreter; returns its rows."""
+    payload = json.dumps({"model": model, "spec": spec, "max_tokens": max_tokens,
+                          "prompts_by_batch": {str(k): v for k, v in prompts_by_batch.items()}})
+    proc = subprocess.run([sys.executable, "-m", "vllm_cllm.benchmarking"], input=payload,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark worker failed for {spec}:\n{proc.stderr[-4000:]}")
+    line = next(x for x in proc.stdout.splitlines()[::-1] if x.startswith("ROWS "))
+    return json.loads(line.removeprefix("ROWS "))
+
+
+def main() -> int:
+    argparse.ArgumentParser(description="internal: reads a JSON job on stdin").parse_args()
+    job = json.loads(sys.stdin.read())
+    rows = measure(job["model"], job["spec"],
+                   {int(k): v for k, v in job["prompts_by_batch"].items()}, job["max_tokens"])
+    print("ROWS " + json.dumps(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

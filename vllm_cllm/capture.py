@@ -1,0 +1,82 @@
+"""The capture mechanism every proposer of this project shares.
+
+In each verify step vLLM computes logits at every draft position of every request, but keeps
+only the accepted tokens. :class:`VerifyObserver` receives those logits (through the
+``_sample`` wrapper in ``patches/verify_capture.py``), takes one argmax over all rows and
+copies that single small int tensor to the host. The result, :class:`VerifyPredictions`, gives
+each input-batch row the target's predictions ``g_1 .. g_{n+1}`` for its ``n`` drafts.
+No extra forward pass, no collectives: every tensor-parallel rank computes the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class VerifyPredictions:
+    """Target argmax per row of one verify step, in input-batch order.
+
+    ``flat[offsets[i]:offsets[i+1]]`` are request i's predictions: entry j is the target's
+    choice after its j-th scheduled token (j = 0 is the token after the last committed one).
+    """
+
+    req_ids: list[str]
+    flat: np.ndarray
+    offsets: np.ndarray
+
+    def row(self, i: int) -> np.ndarray:
+        return self.flat[self.offsets[i]:self.offsets[i + 1]]
+
+    @classmethod
+    def from_logits(cls, logits: Any, num_rows_per_req: list[int], req_ids: list[str]
+                    ) -> VerifyPredictions | None:
+        """Argmax over the vocabulary on the device, then one device-to-host copy."""
+        if len(num_rows_per_req) != len(req_ids) or sum(num_rows_per_req) != logits.shape[0]:
+            return None  # a dummy/profiling run, not a real batch
+        flat = logits.argmax(dim=-1).to("cpu").numpy().astype(np.int64, copy=False)
+        offsets = np.zeros(len(num_rows_per_req) + 1, dtype=np.int64)
+        np.cumsum(num_rows_per_req, out=offsets[1:])
+        return cls(req_ids=req_ids, flat=flat, offsets=offsets)
+
+
+class VerifyObserver:
+    """Base class of proposers that draft from the verify step's predictions.
+
+    Subclasses read :attr:`predictions` in ``propose()``; it holds only the current step
+    and is cleared when consumed. Per-request state, if a subclass keeps any, lives in
+    :attr:`request_state` and is dropped by :meth:`retain_requests` as soon as a request
+    leaves the batch (finished, aborted or preempted).
+    """
+
+    def __init__(self) -> None:
+        self.predictions: VerifyPredictions | None = None
+        self.request_state: dict[str, Any] = {}
+
+    def observe_verification(self, logits: Any, spec_decode_metadata: Any,
+                             req_ids: list[str]) -> None:
+        if spec_decode_metadata is None:
+            rows = [1] * len(req_ids)
+        else:
+            rows = [n + 1 for n in spec_decode_metadata.num_draft_tokens]
+        self.predictions = VerifyPredictions.from_logits(logits, rows, req_ids)
+
+    def take_predictions(self) -> VerifyPredictions | None:
+        """The current step's predictions, once; a later call in the same step gets None."""
+        predictions, self.predictions = self.predictions, None
+        return predictions
+
+    def retain_requests(self, live_req_ids: set[str]) -> None:
+        self.predictions = None  # a new step begins; last step's capture is spent
+        for req_id in [r for r in self.request_state if r not in live_req_ids]:
+            del self.request_state[req_id]
+
+    def tracked_requests(self) -> set[str]:
+        """Requests the proposer holds anything for (tests use it to prove nothing leaks)."""
+        held = set(self.request_state)
+        if self.predictions is not None:
+            held.update(self.predictions.req_ids)
+        return held

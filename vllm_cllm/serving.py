@@ -1,0 +1,87 @@
+"""Start and stop a ``vllm serve`` process on 127.0.0.1 (examples, tests and load benchmarks)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from vllm_cllm.runtime import CPU_ENV
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def vllm_executable() -> str:
+    """The ``vllm`` console script of the running interpreter's environment."""
+    beside = Path(sys.executable).with_name("vllm")
+    return str(beside) if beside.exists() else (shutil.which("vllm") or "vllm")
+
+
+def serve_command(model: str, port: int, *extra: str) -> list[str]:
+    """The documented command: ``vllm serve MODEL ...`` plus CPU-friendly defaults."""
+    return [vllm_executable(), "serve", model, "--host", "127.0.0.1", "--port", str(port),
+            "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
+            "--served-model-name", "model", *extra]
+
+
+@contextmanager
+def running_server(model: str, *extra: str, timeout_s: float = 240.0,
+                   log_path: str | None = None) -> Iterator[str]:
+    """Run ``vllm serve`` until the block exits; yields its base URL. Kills the process group."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+    env.update({k: v for k, v in CPU_ENV.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"})
+    log = open(log_path or os.devnull, "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(serve_command(model, port, *extra), env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"vllm serve exited with {proc.returncode}; log: {log_path}")
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                raise TimeoutError(f"vllm serve not healthy after {timeout_s}s; log: {log_path}")
+            time.sleep(1)
+        yield base
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+def read_metrics(base_url: str, prefix: str = "vllm:spec_decode") -> dict[str, float]:
+    """Prometheus counters from ``/metrics`` whose name starts with ``prefix`` (labels kept)."""
+    with urllib.request.urlopen(base_url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            match = re.match(r"^(\S+?)(\{.*\})?\s+(\S+)$", line)
+            if match:
+                out[match.group(1) + (match.group(2) or "")] = float(match.group(3))
+    return out
