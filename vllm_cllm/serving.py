@@ -39,11 +39,13 @@ def serve_command(model: str, port: int, *extra: str) -> list[str]:
 
 @contextmanager
 def running_server(model: str, *extra: str, timeout_s: float = 240.0,
-                   log_path: str | None = None) -> Iterator[str]:
+                   log_path: str | None = None,
+                   extra_env: dict[str, str] | None = None) -> Iterator[str]:
     """Run ``vllm serve`` until the block exits; yields its base URL. Kills the process group."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
     env.update({k: v for k, v in CPU_ENV.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"})
+    env.update(extra_env or {})
     log = open(log_path or os.devnull, "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(serve_command(model, port, *extra), env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)

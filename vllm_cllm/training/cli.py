@@ -1,0 +1,85 @@
+"""``vllm-cllm train ...``: trajectory data and CLLM training from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, fields
+from pathlib import Path
+
+
+def _resolve_model(name: str) -> str:
+    from vllm_cllm.models import BUILDERS, model_path
+
+    return str(model_path(name)) if name in BUILDERS else name
+
+
+def cmd_trajectories(args: argparse.Namespace) -> int:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from vllm_cllm.training.answers import generate_answers
+    from vllm_cllm.training.gsm import chat_prompt, gsm_problems
+    from vllm_cllm.training.trajectories import write_trajectories
+
+    model = _resolve_model(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    prompts = [chat_prompt(tokenizer, p["question"])
+               for p in gsm_problems(args.num_prompts, args.seed)]
+    out = Path(args.out)
+    items = generate_answers(model, prompts, args.max_new_tokens,
+                             out.with_name(out.stem + ".answers.jsonl"))
+    hf_model = None
+    if args.mode == "jacobi":
+        import torch
+
+        hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    written = write_trajectories(out, items, n=args.block_size, mode=args.mode, seed=args.seed,
+                                 max_states=args.max_states, model=hf_model)
+    print(f"{written} new records in {out}")
+    return 0
+
+
+def cmd_cllm(args: argparse.Namespace) -> int:
+    from vllm_cllm.training.cllm import CllmConfig, train_cllm
+    from vllm_cllm.training.trajectories import read_trajectories
+
+    config = CllmConfig(**{f.name: getattr(args, f.name) for f in fields(CllmConfig)
+                           if getattr(args, f.name, None) is not None})
+    records = read_trajectories(Path(args.data))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "train_config.json").write_text(json.dumps(
+        {"base_model": args.model, "data": args.data, **asdict(config)}, indent=1))
+    print(train_cllm(_resolve_model(args.model), records, out, config))
+    return 0
+
+
+def add_train_parser(sub: argparse._SubParsersAction) -> None:
+    train = sub.add_parser("train", help="make training data and train checkpoints")
+    tsub = train.add_subparsers(dest="train_command", required=True)
+
+    p = tsub.add_parser("trajectories", help="greedy answers (vLLM) + Jacobi trajectory states")
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--out", required=True, help="JSON-lines file (resumable)")
+    p.add_argument("--num-prompts", type=int, default=200)
+    p.add_argument("--seed", type=int, default=1, help="gsm_symbolic seed (training seeds only)")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--mode", choices=["noise", "jacobi"], default="noise")
+    p.add_argument("--max-states", type=int, default=4, help="states kept per block")
+    p.set_defaults(func=cmd_trajectories)
+
+    p = tsub.add_parser("cllm", help="consistency distillation on trajectory data")
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--data", required=True)
+    p.add_argument("--out", required=True)
+    for f in fields(CllmConfigDefaults()):
+        p.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=type(f.default),
+                       default=None)
+    p.set_defaults(func=cmd_cllm)
+
+
+def CllmConfigDefaults():  # noqa: N802 - imported lazily to keep `vllm-cllm --help` fast
+    from vllm_cllm.training.cllm import CllmConfig
+
+    return CllmConfig()

@@ -1,0 +1,42 @@
+"""CLLM losses: consistency (student on a noisy block vs stop-gradient teacher at the fixed
+point) and the AR loss that keeps the model's own distribution (prevents collapse)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def consistency_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+                     mask: torch.Tensor) -> torch.Tensor:
+    """Forward KL(teacher || student), averaged over masked positions.
+
+    Shapes: logits [B, n, V] (the predictions for the n block positions), mask [B, n].
+    The teacher is detached here: gradients flow only through the student.
+    """
+    teacher = F.log_softmax(teacher_logits.detach().float(), dim=-1)
+    student = F.log_softmax(student_logits.float(), dim=-1)
+    kl = (teacher.exp() * (teacher - student)).sum(-1)
+    weight = mask.to(kl.dtype)
+    return (kl * weight).sum() / weight.sum().clamp_min(1.0)
+
+
+def ar_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy; labels aligned with inputs, -100 where ignored."""
+    shifted = logits[:, :-1].float()
+    target = labels[:, 1:]
+    return F.cross_entropy(shifted.reshape(-1, shifted.shape[-1]), target.reshape(-1),
+                           ignore_index=-100)
+
+
+def block_mask(states: torch.Tensor, fixed: torch.Tensor) -> torch.Tensor:
+    """Positions after the first token where a state differs from the fixed point.
+
+    Before and at that token the student's prefix equals the teacher's, so the two
+    distributions are identical (CLLM's rule: no loss on identical logits).
+    """
+    differs = states != fixed
+    first = torch.where(differs.any(-1), differs.float().argmax(-1),
+                        torch.full_like(differs[:, 0], states.shape[-1], dtype=torch.long))
+    positions = torch.arange(states.shape[-1], device=states.device)
+    return positions.unsqueeze(0) > first.unsqueeze(-1)

@@ -1,0 +1,175 @@
+"""Jacobi trajectory data: for each answer block, states on the way to its fixed point.
+
+For a prompt and the target's greedy answer, split into n-token blocks, the fixed point of
+Jacobi iteration on block j (given the prompt and blocks < j) is the greedy block itself.
+Two ways to get the states in between:
+
+* ``jacobi``: real Jacobi iterates from a CLLM-style initial guess (tokens drawn from the
+  context), one forward of the block per iteration over the cached context (CLLM);
+* ``noise``: states synthesized from the fixed point, keeping a prefix and replacing the rest
+  by context tokens at progressive noise levels (Jacobi Forcing); no forward pass at all.
+
+Records are JSON lines (see :class:`TrajectoryRecord`); a build resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MODES = ("noise", "jacobi")
+
+
+@dataclass
+class TrajectoryRecord:
+    """One answer block of one prompt.
+
+    prompt_id: index of the prompt in the build; context_ids: prompt + earlier answer blocks;
+    fixed_point: the block's n greedy tokens; states: noisy blocks (n tokens each), the fixed
+    point not included; answer_ids: the whole greedy answer (AR loss labels);
+    prompt_len: tokens of the prompt alone within context_ids.
+    """
+
+    prompt_id: int
+    block: int
+    prompt_len: int
+    context_ids: list[int]
+    fixed_point: list[int]
+    states: list[list[int]]
+    answer_ids: list[int]
+
+
+def context_guess(context: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """CLLM's initial block: n tokens drawn uniformly from the context."""
+    return context[rng.integers(0, len(context), size=n)]
+
+
+def noise_states(context: np.ndarray, fixed: np.ndarray, rng: np.random.Generator,
+                 levels: int) -> list[list[int]]:
+    """Progressive noise: state l keeps the first ceil(n*(1-l/levels)) tokens... down to none."""
+    n = len(fixed)
+    out = []
+    for level in range(1, levels + 1):
+        keep = int(round(n * (1 - level / levels)))
+        state = fixed.copy()
+        state[keep:] = context_guess(context, n - keep, rng)
+        if not np.array_equal(state, fixed):
+            out.append(state.tolist())
+    return out
+
+
+def jacobi_states(model: Any, context: np.ndarray, fixed: np.ndarray,
+                  rng: np.random.Generator, max_states: int) -> list[list[int]]:
+    """Real Jacobi iterates y_0 → y_1 → … until the fixed point (excluded), on a HF model.
+
+    The context is encoded once; each iteration forwards only the n block tokens over a copy
+    of its KV cache. Convergence takes at most n iterations (each fixes one more token).
+    """
+    import torch
+
+    n = len(fixed)
+    with torch.no_grad():
+        ctx = torch.as_tensor(context, dtype=torch.long).unsqueeze(0)
+        prefill = model(ctx[:, :-1], use_cache=True)
+        state = context_guess(context, n, rng)
+        states: list[list[int]] = []
+        for _ in range(n + 1):
+            cache = _copy_cache(prefill.past_key_values)
+            block = torch.as_tensor(np.concatenate([context[-1:], state[:-1]]),
+                                    dtype=torch.long).unsqueeze(0)
+            logits = model(block, past_key_values=cache, use_cache=True).logits[0]
+            new_state = logits.argmax(-1).numpy()
+            if np.array_equal(new_state, state):
+                break
+            states.append(state.tolist())
+            state = new_state
+    if not np.array_equal(state, fixed):
+        return []  # HF and vLLM greedy disagree (a numerical near-tie): skip this block
+    return _spread(states, max_states)
+
+
+def _copy_cache(cache: Any) -> Any:
+    import copy
+
+    return copy.deepcopy(cache)
+
+
+def _spread(states: list[list[int]], max_states: int) -> list[list[int]]:
+    if len(states) <= max_states:
+        return states
+    keep = np.linspace(0, len(states) - 1, max_states).round().astype(int)
+    return [states[i] for i in sorted(set(keep.tolist()))]
+
+
+def blocks_of(prompt_ids: list[int], answer_ids: list[int], n: int
+              ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """(block index, context, fixed point) for every complete n-token block of the answer."""
+    for j in range(len(answer_ids) // n):
+        context = np.asarray(prompt_ids + answer_ids[:j * n], dtype=np.int64)
+        yield j, context, np.asarray(answer_ids[j * n:(j + 1) * n], dtype=np.int64)
+
+
+def build_records(prompt_id: int, prompt_ids: list[int], answer_ids: list[int], *, n: int,
+                  mode: str, seed: int, max_states: int, model: Any = None
+                  ) -> list[TrajectoryRecord]:
+    """Every block's record for one prompt; deterministic in (seed, prompt_id)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+    rng = np.random.default_rng([seed, prompt_id])
+    records = []
+    for j, context, fixed in blocks_of(prompt_ids, answer_ids, n):
+        if mode == "noise":
+            states = noise_states(context, fixed, rng, max_states)
+        else:
+            states = jacobi_states(model, context, fixed, rng, max_states)
+        if states:
+            records.append(TrajectoryRecord(prompt_id, j, len(prompt_ids), context.tolist(),
+                                            fixed.tolist(), states, list(answer_ids)))
+    return records
+
+
+def done_prompt_ids(path: Path) -> set[int]:
+    """Prompts already written (resume support); a torn last line is ignored."""
+    done: set[int] = set()
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                done.add(json.loads(line)["prompt_id"])
+            except (json.JSONDecodeError, KeyError):
+                continue
+    return done
+
+
+def write_trajectories(path: Path, items: list[tuple[list[int], list[int]]], *, n: int,
+                       mode: str, seed: int, max_states: int, model: Any = None) -> int:
+    """Append records for every (prompt_ids, answer_ids) not yet in ``path``; returns count.
+
+    One line per block; a prompt's lines are written together and flushed, so an
+    interrupted build resumes at the next prompt.
+    """
+    from tqdm import tqdm
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    done = done_prompt_ids(path)
+    written = 0
+    with path.open("a") as f:
+        for pid, (prompt_ids, answer_ids) in enumerate(tqdm(items, desc=f"trajectories/{mode}")):
+            if pid in done:
+                continue
+            lines = [json.dumps(asdict(r)) for r in build_records(
+                pid, prompt_ids, answer_ids, n=n, mode=mode, seed=seed, max_states=max_states,
+                model=model)]
+            f.write("".join(line + "\n" for line in lines))
+            f.flush()
+            written += len(lines)
+    return written
+
+
+def read_trajectories(path: Path) -> list[TrajectoryRecord]:
+    return [TrajectoryRecord(**json.loads(line)) for line in path.read_text().splitlines()
+            if line.strip()]
