@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from pathlib import Path
 
@@ -77,6 +78,8 @@ def main() -> None:
     parser.add_argument("--b1-prompts", type=int, default=4)
     parser.add_argument("--b8-prompts", type=int, default=16)
     parser.add_argument("--quick", action="store_true", help="k=4 only, 32 tokens")
+    parser.add_argument("--only", default=None,
+                        help="regex: run only matching configurations (baselines always run)")
     args = parser.parse_args()
     if args.quick:
         args.ks, args.max_tokens, args.b1_prompts, args.b8_prompts = "4", 32, 2, 8
@@ -87,7 +90,10 @@ def main() -> None:
     by_batch = {1: prompts[:args.b1_prompts], 8: prompts[:args.b8_prompts]}
     rows: list[dict] = []
     baseline: dict[int, dict] = {}
-    for name, spec in tqdm(configurations([int(k) for k in args.ks.split(",")]), desc="configs"):
+    configs = configurations([int(k) for k in args.ks.split(",")])
+    if args.only:
+        configs = [(n, s) for n, s in configs if s is None or re.search(args.only, n)]
+    for name, spec in tqdm(configs, desc="configs"):
         for row in measure_in_subprocess(model, spec, by_batch, args.max_tokens):
             bs = row["batch_size"]
             if spec is None and bs not in baseline:

@@ -83,6 +83,16 @@ def test_hybrid_prefers_the_source_that_matched():
     assert matched_prefix(np.array([1, 2, 5]), [1, 2, 3]) == 2
 
 
+def test_hybrid_probes_a_useless_tail_with_a_short_draft():
+    state = HybridState()
+    jacobi, empty = np.arange(10, 18), np.empty(0, dtype=np.int64)
+    assert len(state.choose(jacobi, empty)) == 8  # optimistic start: a CLLM drafts in full
+    for _ in range(5):
+        state.choose(jacobi, empty)
+        state.update([1, 2, 3])  # the tail never matches
+    assert len(state.choose(jacobi, empty)) == 2
+
+
 def test_hybrid_state_is_dropped_when_request_leaves():
     proposer = _proposer(k=3, fill="hybrid")
     proposer.observe_verification(_logits_for([1, 2]), None, ["a", "b"])
@@ -92,11 +102,11 @@ def test_hybrid_state_is_dropped_when_request_leaves():
     assert proposer.tracked_requests() == {"b"}
 
 
-def test_ngram_prefers_longest_then_latest_match():
+def test_ngram_prefers_longest_then_first_match():
     from vllm_cllm.fill import longest_ngram_continuation
 
-    ctx = np.array([7, 1, 2, 8, 9, 3, 1, 2, 5, 6, 0, 3, 1, 2])
-    # suffix (3,1,2) occurred at index 5 -> continue with 5, 6
+    ctx = np.array([7, 1, 2, 8, 9, 3, 1, 2, 5, 6, 0, 3, 1, 2, 4, 3, 1, 2])
+    # suffix (3,1,2) occurred at 5 and 11 -> continue after the first: 5, 6
     assert longest_ngram_continuation(ctx, 2, 4, 2).tolist() == [5, 6]
     assert longest_ngram_continuation(np.array([1, 2, 3]), 2, 4, 2).tolist() == []
 

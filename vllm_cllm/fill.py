@@ -20,7 +20,10 @@ class Fill(Protocol):
 
 def longest_ngram_continuation(context: np.ndarray, ngram_min: int, ngram_max: int,
                                num_tokens: int) -> np.ndarray:
-    """Tokens that followed the latest earlier occurrence of the longest matching suffix n-gram.
+    """Tokens that followed the first occurrence of the longest matching suffix n-gram.
+
+    The first occurrence, as vLLM's ngram proposer does: in code and in answers that quote the
+    prompt it is the original the model copies from (measured: TPF 2.72 vs 2.37 for the latest).
 
     Prompt-lookup decoding over the request's own tokens. Written with numpy rather than by
     calling vLLM's numba matcher: importing numba (llvmlite) into a process makes every later
@@ -32,7 +35,7 @@ def longest_ngram_continuation(context: np.ndarray, ngram_min: int, ngram_max: i
         windows = np.lib.stride_tricks.sliding_window_view(context[:length - 1], n)
         hits = np.flatnonzero((windows == context[length - n:]).all(axis=1))
         if len(hits):
-            start = int(hits[-1]) + n
+            start = int(hits[0]) + n
             return context[start:start + num_tokens]
     return context[:0]
 
