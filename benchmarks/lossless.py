@@ -38,17 +38,19 @@ def mixed_batch(prompts: list[str]):
     return chosen, params
 
 
-def run_all(llm, prompts: list[str], max_tokens: int) -> dict:
+def run_all(llm, prompts: list[str], max_tokens: int, modes: list[str]) -> dict:
     from vllm import SamplingParams
 
     greedy = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     before = spec_metrics(llm)
     mixed_prompts, mixed_params = mixed_batch(prompts)
-    out = {
-        "batched": generate_tokens(llm, prompts, greedy),
-        "single": [generate_tokens(llm, [p], greedy)[0] for p in tqdm(prompts, leave=False)],
-        "mixed": generate_tokens(llm, mixed_prompts, mixed_params),
+    runs = {
+        "batched": lambda: generate_tokens(llm, prompts, greedy),
+        "single": lambda: [generate_tokens(llm, [p], greedy)[0]
+                           for p in tqdm(prompts, leave=False)],
+        "mixed": lambda: generate_tokens(llm, mixed_prompts, mixed_params),
     }
+    out = {mode: runs[mode]() for mode in modes}
     out["tpf"] = mean_acceptance_length(before, spec_metrics(llm))
     return out
 
@@ -60,6 +62,7 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--ks", default="4,15")
     parser.add_argument("--limit", type=int, default=None, help="HumanEval prompts (all: 164)")
+    parser.add_argument("--modes", default="batched,single,mixed")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -68,13 +71,15 @@ def main() -> int:
 
     prompts = humaneval_prompts(args.limit) + chat_prompts(AutoTokenizer.from_pretrained(model))
     started = time.time()
-    reference = with_engine(model, None, lambda llm: run_all(llm, prompts, args.max_tokens))
+    modes = args.modes.split(",")
+    reference = with_engine(model, None, lambda llm: run_all(llm, prompts, args.max_tokens,
+                                                             modes))
     rows, failed = [], False
     for k in [int(k) for k in args.ks.split(",")]:
         spec = {"method": "jacobi", "num_speculative_tokens": k}
-        result = with_engine(model, spec, lambda llm, s=spec: run_all(llm, prompts,
-                                                                       args.max_tokens))
-        for mode in ("batched", "single", "mixed"):
+        result = with_engine(model, spec, lambda llm: run_all(llm, prompts, args.max_tokens,
+                                                               modes))
+        for mode in modes:
             mismatches = compare(reference[mode], result[mode])
             failed |= bool(mismatches)
             rows.append({"k": k, "mode": mode, "requests": len(result[mode]),
