@@ -77,11 +77,7 @@ class PatchGroup:
         return out
 
     def apply(self) -> None:
-        missing = self.missing()
-        if missing:
-            raise UnsupportedVllmError(vllm_version(), missing)
-        for wrap in self.wraps:
-            wrap.apply()
+        apply_groups([self])
 
     def is_applied(self) -> bool:
         return all(w.is_applied() for w in self.wraps)
@@ -93,3 +89,13 @@ def has_params(func: Any, *names: str) -> bool:
 
     params = inspect.signature(func).parameters
     return all(n in params for n in names)
+
+
+def apply_groups(groups: list[PatchGroup]) -> None:
+    """Probe every group first, then apply them all: never half-patch across groups either."""
+    missing = [m for group in groups for m in group.missing()]
+    if missing:
+        raise UnsupportedVllmError(vllm_version(), missing)
+    for group in groups:
+        for wrap in group.wraps:
+            wrap.apply()

@@ -14,7 +14,7 @@ import re
 import typing
 from typing import Any
 
-from vllm_cllm.options import ADDITIONAL_CONFIG_KEY, METHODS, parse_options
+from vllm_cllm.options import ADDITIONAL_CONFIG_KEY, METHODS, VLLM_KEYS, parse_options
 
 from . import PatchGroup, Wrap, has_params
 
@@ -62,8 +62,7 @@ def rewrite_speculative_args(engine_args: Any) -> None:
         spec["num_speculative_tokens"] = engine_args.spec_tokens
         engine_args.spec_tokens = None
     options = parse_options(spec, max_draft_tokens())
-    vllm_spec = {k: v for k, v in spec.items() if k in ("disable_by_batch_size", "max_model_len",
-                                                           "disable_log_stats")}
+    vllm_spec = {k: v for k, v in spec.items() if k in VLLM_KEYS}
     vllm_spec.update(method="custom_class", model=METHODS[options.method],
                      num_speculative_tokens=options.num_speculative_tokens)
     engine_args.speculative_config = vllm_spec

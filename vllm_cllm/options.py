@@ -19,9 +19,10 @@ METHODS: dict[str, str] = {
 
 FILL_POLICIES = ("hybrid", "ngram", "tail", "random")
 
-#: Keys of SpeculativeConfig that the plugin passes through to vLLM untouched.
-PASSTHROUGH_KEYS = {"method", "num_speculative_tokens", "model", "disable_by_batch_size",
-                    "max_model_len", "disable_log_stats"}
+#: Keys the plugin sets itself in vLLM's SpeculativeConfig.
+OWN_KEYS = {"method", "num_speculative_tokens", "model"}
+#: Other SpeculativeConfig keys that the plugin passes through to vLLM untouched.
+VLLM_KEYS = {"disable_by_batch_size", "max_model_len", "disable_log_stats"}
 
 ADDITIONAL_CONFIG_KEY = "vllm_cllm"
 
@@ -69,7 +70,7 @@ def parse_options(spec: dict[str, Any], max_k: int) -> ProposerOptions:
     method = spec.get("method")
     if method not in METHODS:
         raise ConfigError(f"vllm-cllm: unknown method {method!r}; allowed: {', '.join(METHODS)}")
-    unknown = sorted(set(spec) - PASSTHROUGH_KEYS - set(OPTION_NAMES))
+    unknown = sorted(set(spec) - OWN_KEYS - VLLM_KEYS - set(OPTION_NAMES))
     if unknown:
         raise ConfigError(
             f"vllm-cllm: unknown option(s) {', '.join(map(repr, unknown))} for method {method!r}; "

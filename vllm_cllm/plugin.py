@@ -17,16 +17,9 @@ def register() -> None:
 
 def apply_worker_patches() -> None:
     """Route verify logits to our proposers; raises UnsupportedVllmError if vLLM lacks a hook."""
-    from vllm_cllm.patches import cpu_expand_dtype, verify_capture
+    from vllm_cllm.patches import apply_groups, cpu_expand_dtype, verify_capture
 
     groups = [verify_capture.patch_group()]
     if cpu_expand_dtype.needed():
         groups.append(cpu_expand_dtype.patch_group())
-    missing = [m for g in groups for m in g.missing()]
-    if missing:  # probe everything first: never half-patch
-        from vllm_cllm.errors import UnsupportedVllmError
-        from vllm_cllm.patches import vllm_version
-
-        raise UnsupportedVllmError(vllm_version(), missing)
-    for group in groups:
-        group.apply()
+    apply_groups(groups)
