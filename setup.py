@@ -8,8 +8,10 @@ setup(
     description="Jacobi / CLLM and SPACE parallel decoding for vLLM, lossless, as a plugin",
     python_requires=">=3.10",
     # patches/ holds the vLLM-version-specific patches; it installs as vllm_cllm.patches.
-    packages=["vllm_cllm", "vllm_cllm.patches", "vllm_cllm.training"],
+    packages=["vllm_cllm", "vllm_cllm.patches", "vllm_cllm.training", "vllm_cllm.kernels"],
     package_dir={"vllm_cllm": "vllm_cllm", "vllm_cllm.patches": "patches"},
+    # the demo checkpoints' small artifacts (LoRA adapters), rebuilt onto the base model
+    package_data={"vllm_cllm": ["artifacts/*/*"]},
     install_requires=["numpy", "tqdm"],
     extras_require={
         # CPU build of vLLM (the same sources, compiled for x86 CPUs) and its torch.

@@ -95,6 +95,51 @@ def test_ar_loss_matches_transformers(tiny):
     assert mine.item() == pytest.approx(ref.item(), rel=1e-4)
 
 
+@pytest.mark.parametrize("consistency", ["global", "local"])
+def test_packed_forward_equals_separate_student_and_teacher_passes(tiny, consistency):
+    """One packed row gives the same logits as context+state and context+target forwards."""
+    from vllm_cllm.training.cllm import collate
+    from vllm_cllm.training.packing import pack_prompt
+
+    model, prompt, answer = tiny
+    records = build_records(0, prompt, answer, n=N, mode="noise", seed=3, max_states=3)
+    example = pack_prompt(records, consistency=consistency)
+    batch = collate([example, pack_prompt(records[:1])])  # a padded second row
+    with torch.no_grad():
+        packed = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
+                       attention_mask=batch["attention_mask"]).logits
+        flat = packed.reshape(-1, packed.shape[-1])
+        rows = 0
+        for r in records:
+            for i, state in enumerate(r.states):
+                local = consistency == "local" and i + 1 < len(r.states)
+                target = r.states[i + 1] if local else r.fixed_point
+                start = len(r.context_ids)
+                for tokens, index in ((state, batch["student_index"][rows]),
+                                      (target, batch["teacher_index"][rows])):
+                    ref = model(input_ids=torch.tensor([r.context_ids + tokens])).logits[0]
+                    torch.testing.assert_close(flat[index], ref[start:start + N - 1],
+                                               atol=1e-4, rtol=1e-4)
+                rows += 1
+        clean = model(input_ids=torch.tensor([prompt + answer])).logits
+        torch.testing.assert_close(packed[0, :len(prompt + answer)], clean[0],
+                                   atol=1e-4, rtol=1e-4)
+    assert rows == len(example.student_index)
+    labels = batch["labels"][0]
+    assert labels[len(prompt):len(prompt + answer)].tolist() == answer
+    assert (labels[:len(prompt)] == -100).all() and (labels[len(prompt + answer):] == -100).all()
+
+
+def test_states_per_block_caps_the_states_seeded(tiny):
+    from vllm_cllm.training.packing import pack_prompt
+
+    _, prompt, answer = tiny
+    records = build_records(0, prompt, answer, n=N, mode="noise", seed=3, max_states=4)
+    one = pack_prompt(records, states_per_block=1, seed=7)
+    assert len(one.student_index) == len(records)
+    assert torch.equal(one.input_ids, pack_prompt(records, states_per_block=1, seed=7).input_ids)
+
+
 @pytest.mark.parametrize("lora_rank", [0, 4])
 def test_training_steps_write_a_loadable_checkpoint(tiny, tiny_path, tmp_path, lora_rank):
     from transformers import AutoModelForCausalLM
@@ -110,9 +155,30 @@ def test_training_steps_write_a_loadable_checkpoint(tiny, tiny_path, tmp_path, l
     assert (path / "tokenizer.json").exists()
     assert (tmp_path / "run" / "adapter").exists() == bool(lora_rank)
     history = json.loads((tmp_path / "run" / "log_history.json").read_text())
-    assert any("loss_consistency" in h for h in history)
+    assert any("loss_consistency" in h and "fixed_point_accuracy" in h for h in history)
     base = AutoModelForCausalLM.from_pretrained(tiny_path)
     changed = any(not torch.equal(a, b) for a, b in zip(trained.state_dict().values(),
                                                         base.state_dict().values(),
                                                         strict=True))
     assert changed
+    if lora_rank:  # the git artifact (fp16 adapter) rebuilds the same model onto the base
+        from vllm_cllm.models import merge_adapter
+        from vllm_cllm.training.artifact import export_adapter
+
+        weights = export_adapter(tmp_path / "run" / "adapter", tmp_path / "artifact")
+        assert weights.stat().st_size < 2**20
+        merge_adapter(tiny_path, tmp_path / "artifact", tmp_path / "rebuilt")
+        rebuilt = AutoModelForCausalLM.from_pretrained(tmp_path / "rebuilt")
+        for a, b in zip(rebuilt.state_dict().values(), trained.state_dict().values(),
+                        strict=True):
+            torch.testing.assert_close(a, b, atol=1e-3, rtol=1e-3)
+
+
+def test_quality_figures():
+    from vllm_cllm.training.quality import accuracy, distinct_n, mean_distinct_n
+
+    assert distinct_n([1, 2, 3, 4, 5]) == 1.0
+    assert distinct_n([7] * 10) == pytest.approx(1 / 7)
+    assert mean_distinct_n([[1, 2, 3, 4, 5], [7] * 10]) == pytest.approx((1 + 1 / 7) / 2)
+    texts = ["so 3 + 4 = 7. Answer: 7", "Answer: $1,200.00", "I think 12", "no idea"]
+    assert accuracy(texts, ["7", "1200", "13", "5"]) == 0.5

@@ -69,6 +69,12 @@ def measure_in_subprocess(model: str, spec: dict[str, Any] | None,
     return json.loads(line.removeprefix("ROWS "))
 
 
+def jacobi_tpf(model: str, prompts: list[str], k: int, max_tokens: int) -> float:
+    """Tokens per verify step of ``model`` with ``jacobi`` (all prompts in one batch)."""
+    spec = {"method": "jacobi", "num_speculative_tokens": k}
+    return measure_in_subprocess(model, spec, {len(prompts): prompts}, max_tokens)[0]["tpf"]
+
+
 def main() -> int:
     argparse.ArgumentParser(description="internal: reads a JSON job on stdin").parse_args()
     job = json.loads(sys.stdin.read())

@@ -8,6 +8,7 @@ transformers + gguf and save a plain Hugging Face checkpoint that vLLM loads. La
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -95,10 +96,46 @@ def _build_tiny(out_dir: Path) -> None:
     make_tiny_llama(out_dir, model_path("smollm2-135m-instruct"))
 
 
+ARTIFACTS = Path(__file__).parent / "artifacts"
+
+
+def merge_adapter(base_dir: Path, adapter_dir: Path, out_dir: Path) -> None:
+    """Base checkpoint + LoRA adapter → one merged float32 checkpoint that vLLM loads."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
+    merged.to(torch.float32).save_pretrained(out_dir)
+    AutoTokenizer.from_pretrained(base_dir).save_pretrained(out_dir)
+    if (Path(base_dir) / "generation_config.json").exists():
+        shutil.copy(Path(base_dir) / "generation_config.json", out_dir)
+
+
+def _build_cllm_gsm(out_dir: Path) -> None:
+    merge_adapter(model_path("smollm2-135m-instruct"),
+                  ARTIFACTS / "smollm2-135m-cllm-gsm", out_dir)
+
+
+def _artifact_fingerprint(name: str) -> str | None:
+    """Hash of the committed artifact a checkpoint is built from (rebuild when it changes)."""
+    folder = ARTIFACTS / name
+    if not folder.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 #: Every checkpoint name ``vllm-cllm model-path`` knows, with the function that builds it.
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "smollm2-135m-instruct": _build_smollm2,
     "tiny-random-llama": _build_tiny,  # for tests: random weights, SmolLM2's tokenizer
+    # the demo CLLM: base + the LoRA adapter in vllm_cllm/artifacts (examples/recipes)
+    "smollm2-135m-cllm-gsm": _build_cllm_gsm,
 }
 
 
@@ -111,13 +148,16 @@ def model_path(name: str, *, prepare: bool = True) -> Path:
     if name not in BUILDERS:
         raise KeyError(f"unknown model {name!r}; known: {', '.join(sorted(BUILDERS))}")
     target = cache_dir() / "models" / name
-    if (target / _DONE_MARKER).exists() or not prepare:
+    stamp = {"name": name, "artifact": _artifact_fingerprint(name)}
+    marker = target / _DONE_MARKER
+    if not prepare or (marker.exists() and
+                       json.loads(marker.read_text()).get("artifact") == stamp["artifact"]):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
     try:
         BUILDERS[name](staging)
-        (staging / _DONE_MARKER).write_text(json.dumps({"name": name}))
+        (staging / _DONE_MARKER).write_text(json.dumps(stamp))
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)

@@ -1,7 +1,8 @@
 """CLLM consistency distillation on Hugging Face Trainer (accelerate/FSDP need no code change).
 
-Each training example is one trajectory state: the student sees context + noisy block, the
-teacher (same model, stop-gradient) sees context + fixed point. Loss per example:
+Each training example is one prompt: its greedy answer and the noisy states of every block,
+packed into one forward (:mod:`.packing`). The student sees context + noisy block, the
+teacher (same model, stop-gradient) context + fixed point. Loss:
 ``consistency (global: noisy state vs fixed point; local: vs the next state) + ω · AR``,
 where the AR loss is next-token cross-entropy on the greedy answer (CLLM's collapse guard).
 """
@@ -15,7 +16,8 @@ from typing import Any
 
 import torch
 
-from vllm_cllm.training.losses import ar_loss, block_mask, consistency_loss
+from vllm_cllm.training.losses import ar_loss, consistency_loss
+from vllm_cllm.training.packing import PackedExample, group_by_prompt, pack_prompt
 from vllm_cllm.training.trajectories import TrajectoryRecord
 
 
@@ -26,96 +28,108 @@ class CllmConfig:
     consistency: str = "global"  # or "local"
     learning_rate: float = 1e-4
     epochs: float = 1.0
-    batch_size: int = 1
+    batch_size: int = 1  # prompts per device step (each is one packed row)
+    states_per_block: int = 0  # 0: every state of a block; k: k of them, seeded
     grad_accum: int = 4
     lora_rank: int = 0  # 0: full fine-tune
     lora_alpha: int = 32
     max_steps: int = -1
     logging_steps: int = 10
     save_steps: int = 200
+    keep_checkpoints: int = 0  # 0: keep every Trainer checkpoint (the training curve uses them)
     seed: int = 0
 
 
 class TrajectoryDataset(torch.utils.data.Dataset):
-    """One item per (record, state): student/teacher token ids and AR labels."""
+    """One item per prompt: all its records packed into one row (see :mod:`.packing`)."""
 
-    def __init__(self, records: list[TrajectoryRecord], consistency: str = "global") -> None:
-        self.items: list[dict[str, Any]] = []
-        for r in records:
-            for i, state in enumerate(r.states):
-                target = r.fixed_point if consistency == "global" or i + 1 >= len(r.states) \
-                    else r.states[i + 1]
-                self.items.append({"context": r.context_ids, "state": state, "target": target,
-                                   "prompt_len": r.prompt_len, "answer": r.answer_ids})
+    def __init__(self, records: list[TrajectoryRecord], consistency: str = "global",
+                 states_per_block: int = 0, seed: int = 0) -> None:
+        self.groups = group_by_prompt(records)
+        self.options = {"consistency": consistency, "states_per_block": states_per_block,
+                        "seed": seed}
 
     def __len__(self) -> int:
-        return len(self.items)
+        return len(self.groups)
 
-    def __getitem__(self, idx: int) -> dict[str, Any]:
-        return self.items[idx]
-
-
-def collate(items: list[dict[str, Any]], pad_id: int = 0) -> dict[str, torch.Tensor]:
-    """Pad to the batch's longest sequence; remember where each block starts."""
-    def pad(seqs: list[list[int]], value: int) -> torch.Tensor:
-        width = max(len(s) for s in seqs)
-        return torch.tensor([s + [value] * (width - len(s)) for s in seqs], dtype=torch.long)
-
-    student = [it["context"] + it["state"] for it in items]
-    teacher = [it["context"] + it["target"] for it in items]
-    clean = [it["context"][:it["prompt_len"]] + it["answer"] for it in items]
-    labels = [[-100] * it["prompt_len"] + it["answer"] for it in items]
-    return {
-        "student_ids": pad(student, pad_id),
-        "student_mask": pad([[1] * len(s) for s in student], 0),
-        "teacher_ids": pad(teacher, pad_id),
-        "teacher_mask": pad([[1] * len(s) for s in teacher], 0),
-        "clean_ids": pad(clean, pad_id),
-        "clean_mask": pad([[1] * len(s) for s in clean], 0),
-        "labels": pad(labels, -100),
-        "block_start": torch.tensor([len(it["context"]) for it in items]),
-        "states": torch.tensor([it["state"] for it in items]),
-        "targets": torch.tensor([it["target"] for it in items]),
-    }
+    def __getitem__(self, idx: int) -> PackedExample:
+        return pack_prompt(self.groups[idx], **self.options)
 
 
-def block_logits(logits: torch.Tensor, block_start: torch.Tensor, n: int) -> torch.Tensor:
-    """Logits that predict the n block tokens: positions start-1 .. start+n-2 of each row."""
-    index = block_start.unsqueeze(-1) - 1 + torch.arange(n, device=logits.device)
-    return torch.gather(logits, 1, index.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+def collate(examples: list[PackedExample], pad_id: int = 0) -> dict[str, torch.Tensor]:
+    """Pad packed rows to the longest; loss indices become flat indices into [B*L]."""
+    width = max(len(e.input_ids) for e in examples)
+    batch = len(examples)
+    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
+    position_ids = torch.zeros((batch, width), dtype=torch.long)
+    labels = torch.full((batch, width), -100, dtype=torch.long)
+    allowed = torch.eye(width, dtype=torch.bool).repeat(batch, 1, 1)  # padding sees itself
+    student, teacher, masks = [], [], []
+    for b, e in enumerate(examples):
+        size = len(e.input_ids)
+        input_ids[b, :size] = e.input_ids
+        position_ids[b, :size] = e.position_ids
+        labels[b, e.answer_start:e.clean_len] = e.input_ids[e.answer_start:e.clean_len]
+        allowed[b, :size, :size] = e.attention
+        student.append(e.student_index + b * width)
+        teacher.append(e.teacher_index + b * width)
+        masks.append(e.loss_mask)
+    additive = torch.zeros(allowed.shape, dtype=torch.float32)
+    additive.masked_fill_(~allowed, torch.finfo(torch.float32).min)
+    return {"input_ids": input_ids, "position_ids": position_ids,
+            "attention_mask": additive.unsqueeze(1), "labels": labels,
+            "student_index": torch.cat(student), "teacher_index": torch.cat(teacher),
+            "loss_mask": torch.cat(masks)}
 
 
 def cllm_loss(model: Any, batch: dict[str, torch.Tensor], ar_weight: float
               ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Consistency + ω·AR for one batch; also returns the parts for logging."""
-    n = batch["states"].shape[-1]
-    student = model(input_ids=batch["student_ids"], attention_mask=batch["student_mask"]).logits
-    with torch.no_grad():
-        teacher = model(input_ids=batch["teacher_ids"],
-                        attention_mask=batch["teacher_mask"]).logits
-    mask = block_mask(batch["states"], batch["targets"])
-    consistency = consistency_loss(block_logits(student, batch["block_start"], n),
-                                   block_logits(teacher, batch["block_start"], n), mask)
-    clean = model(input_ids=batch["clean_ids"], attention_mask=batch["clean_mask"]).logits
-    ar = ar_loss(clean, batch["labels"])
+    """Consistency + ω·AR from one packed forward; also returns the parts for logging.
+
+    ``fixed_point_accuracy`` is the share of loss positions where the student's argmax on a
+    noisy state already is the fixed-point token: what a Jacobi step on such a state accepts.
+    """
+    logits = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
+                   attention_mask=batch["attention_mask"]).logits
+    flat = logits.reshape(-1, logits.shape[-1])
+    student = flat[batch["student_index"]]
+    teacher = flat[batch["teacher_index"]]
+    mask = batch["loss_mask"]
+    consistency = consistency_loss(student, teacher, mask)
+    ar = ar_loss(logits, batch["labels"])
     total = consistency + ar_weight * ar
-    return total, {"consistency": float(consistency.detach()), "ar": float(ar.detach())}
+    with torch.no_grad():
+        hits = (student.argmax(-1) == teacher.argmax(-1)) & mask
+        accuracy = hits.sum() / mask.sum().clamp_min(1)
+    return total, {"consistency": float(consistency.detach()), "ar": float(ar.detach()),
+                   "fixed_point_accuracy": float(accuracy)}
 
 
 def _trainer_class():
     from transformers import Trainer
 
     class CllmTrainer(Trainer):
-        """HF Trainer whose loss is the CLLM objective (no labels column needed)."""
+        """HF Trainer whose loss is the CLLM objective; logs its parts averaged per log step."""
 
         ar_weight: float = 1.0
 
         def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
             loss, parts = cllm_loss(model, inputs, self.ar_weight)
-            if self.state.global_step % max(self.args.logging_steps, 1) == 0 and \
-                    model.training:
-                self.log({f"loss_{k}": v for k, v in parts.items()})
+            if model.training:
+                sums = self.__dict__.setdefault("_part_sums", {})
+                for key, value in parts.items():
+                    sums[key] = sums.get(key, 0.0) + value
+                self._part_count = getattr(self, "_part_count", 0) + 1
             return (loss, None) if return_outputs else loss
+
+        def log(self, logs, *args, **kwargs):
+            count = getattr(self, "_part_count", 0)
+            if count and "loss" in logs:
+                for key, value in self.__dict__.pop("_part_sums").items():
+                    name = key if key.endswith("accuracy") else f"loss_{key}"
+                    logs[name] = value / count
+                self._part_count = 0
+            super().log(logs, *args, **kwargs)
 
     return CllmTrainer
 
@@ -147,12 +161,14 @@ def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | 
         gradient_accumulation_steps=config.grad_accum, learning_rate=config.learning_rate,
         num_train_epochs=config.epochs, max_steps=config.max_steps, lr_scheduler_type="cosine",
         warmup_steps=0.03, logging_steps=config.logging_steps, save_steps=config.save_steps,
-        save_total_limit=2, report_to=[], seed=config.seed, remove_unused_columns=False,
+        save_total_limit=config.keep_checkpoints or None, report_to=[], seed=config.seed,
+        remove_unused_columns=False,
         dataloader_num_workers=0, use_cpu=not torch.cuda.is_available())
     trainer_cls = _trainer_class()
     trainer_cls.ar_weight = config.ar_weight
     trainer = trainer_cls(model=model, args=args,
-                          train_dataset=TrajectoryDataset(records, config.consistency),
+                          train_dataset=TrajectoryDataset(records, config.consistency,
+                                                        config.states_per_block, config.seed),
                           data_collator=lambda items: collate(items, pad_id))
     checkpoints = sorted((out / "trainer").glob("checkpoint-*")) if resume else []
     trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)

@@ -1,0 +1,100 @@
+"""Training curve of a CLLM run: losses from the Trainer log, tokens per step from vLLM.
+
+    .venv/bin/python benchmarks/cllm_training_curve.py --run results/cllm-gsm/run \
+        --out docs/results/cllm_gsm
+
+Losses (consistency and AR, per example) and the fixed-point accuracy come from the run's
+``log_history.json``. Tokens per verify step is measured for real: every saved Trainer
+checkpoint's adapter is merged into the base model and served by vLLM with ``jacobi``
+(k = 15) on validation problems (gsm_symbolic seed 999: neither a training nor the eval seed);
+step 0 is the base model. Writes curve.json and training_curve.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import tempfile
+from pathlib import Path
+
+from tqdm import tqdm
+
+from vllm_cllm.benchmarking import jacobi_tpf
+from vllm_cllm.models import merge_adapter, model_path
+from vllm_cllm.training.gsm import chat_prompt, gsm_problems
+
+
+def checkpoints(run: Path) -> list[tuple[int, Path]]:
+    found = []
+    for path in (run / "trainer").glob("checkpoint-*"):
+        match = re.fullmatch(r"checkpoint-(\d+)", path.name)
+        if match and (path / "adapter_model.safetensors").exists():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def plot(history: list[dict], tpf: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    logged = [h for h in history if "loss_consistency" in h]
+    steps = [h["step"] for h in logged]
+    for key, label in (("loss_consistency", "consistency"), ("loss_ar", "AR")):
+        left.plot(steps, [h[key] for h in logged], label=label)
+    left.set_xlabel("optimizer step")
+    left.set_ylabel("loss")
+    left.set_yscale("log")
+    left.legend()
+    twin = left.twinx()
+    twin.plot(steps, [h["fixed_point_accuracy"] for h in logged], color="grey",
+              linestyle=":", label="fixed-point accuracy")
+    twin.set_ylabel("fixed-point accuracy (dotted)")
+    right.plot([t["step"] for t in tpf], [t["tpf"] for t in tpf], marker="o")
+    right.set_xlabel("optimizer step")
+    right.set_ylabel("tokens per verify step (vLLM, jacobi k=15)")
+    right.set_title("measured on validation problems")
+    fig.tight_layout()
+    fig.savefig(out / "training_curve.png", dpi=90)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run", default="results/cllm-gsm/run")
+    parser.add_argument("--out", default="docs/results/cllm_gsm")
+    parser.add_argument("--base", default="smollm2-135m-instruct")
+    parser.add_argument("--num-problems", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=999)
+    parser.add_argument("--k", type=int, default=15)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    args = parser.parse_args()
+    from transformers import AutoTokenizer
+
+    run, out = Path(args.run), Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    base = model_path(args.base)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    prompts = [chat_prompt(tokenizer, p["question"])
+               for p in gsm_problems(args.num_problems, args.seed)]
+    points = [(0, None), *checkpoints(run)]
+    tpf = []
+    for step, adapter in tqdm(points, desc="checkpoints"):
+        with tempfile.TemporaryDirectory(prefix="cllm-ckpt-") as tmp:
+            model_dir = str(base)
+            if adapter is not None:
+                merge_adapter(base, adapter, Path(tmp))
+                model_dir = tmp
+            tpf.append({"step": step, "tpf": jacobi_tpf(model_dir, prompts, args.k,
+                                                         args.max_tokens)})
+        print(tpf[-1])
+    history = json.loads((run / "log_history.json").read_text())
+    (out / "curve.json").write_text(json.dumps({"tpf": tpf, "history": history}, indent=1))
+    plot(history, tpf, out)
+
+
+if __name__ == "__main__":
+    main()

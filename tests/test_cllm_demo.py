@@ -1,0 +1,67 @@
+"""The demo CLLM (`smollm2-135m-cllm-gsm`): rebuilt from the git artifact, lossless in vLLM.
+
+Speed and collapse figures on 40 problems are `benchmarks/cllm_gsm.py`; here a few unseen
+gsm_symbolic problems check that the CLLM's greedy output with `jacobi` equals its own output
+without, batched and one at a time, and that its drafts are accepted far more than once per step.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_cllm.lossless import compare, generate_tokens
+from vllm_cllm.runtime import mean_acceptance_length, spec_metrics, with_engine
+
+pytestmark = pytest.mark.engine
+
+JACOBI = {"method": "jacobi", "num_speculative_tokens": 15}
+
+
+@pytest.fixture(scope="module")
+def cllm_path():
+    from vllm_cllm.models import model_path
+
+    return str(model_path("smollm2-135m-cllm-gsm"))
+
+
+@pytest.fixture(scope="module")
+def runs(cllm_path):
+    from transformers import AutoTokenizer
+    from vllm import SamplingParams
+
+    from vllm_cllm.training.gsm import chat_prompt, gsm_problems
+
+    tokenizer = AutoTokenizer.from_pretrained(cllm_path)
+    prompts = [chat_prompt(tokenizer, p["question"]) for p in gsm_problems(6, seed=2024)]
+    params = SamplingParams(temperature=0.0, max_tokens=96)
+
+    def run(llm):
+        before = spec_metrics(llm)
+        out = {"batched": generate_tokens(llm, prompts, params),
+               "single": generate_tokens(llm, prompts[:2], params, one_at_a_time=True)}
+        out["tpf"] = mean_acceptance_length(before, spec_metrics(llm))
+        return out
+
+    return {"plain": with_engine(cllm_path, None, run),
+            "jacobi": with_engine(cllm_path, JACOBI, run)}
+
+
+def test_artifact_is_small_and_rebuilds_a_full_checkpoint(cllm_path):
+    from pathlib import Path
+
+    from vllm_cllm.models import ARTIFACTS
+
+    artifact = sum(p.stat().st_size for p in (ARTIFACTS / "smollm2-135m-cllm-gsm").iterdir())
+    assert artifact < 50 * 2**20
+    assert (Path(cllm_path) / "config.json").exists()
+    assert (Path(cllm_path) / "tokenizer.json").exists()
+
+
+@pytest.mark.parametrize("mode", ["batched", "single"])
+def test_cllm_greedy_identical_with_jacobi(runs, mode):
+    mismatches = compare(runs["plain"][mode], runs["jacobi"][mode])
+    assert not mismatches, f"{mode}: first mismatch {mismatches[0]}"
+
+
+def test_cllm_accepts_several_tokens_per_step(runs):
+    assert runs["jacobi"]["tpf"] > 2.0

@@ -1,0 +1,124 @@
+"""One forward pass per prompt for the whole CLLM objective (sequence packing).
+
+A prompt's clean sequence (prompt + greedy answer) and every noisy block state of its
+trajectory records go into one packed row. A 4-D attention mask lets a state's tokens see the
+clean sequence up to their block's start and the earlier tokens of the same state, with the
+positions they would have in an unpacked sequence. So one forward gives:
+
+* the AR loss on the clean sequence (with gradient);
+* the teacher: the model's output at every fixed point is the clean sequence's own output
+  there (causal attention), detached;
+* the student: its output on each noisy state.
+
+Unpacked, this costs one forward of context + state per state plus a teacher and an AR pass;
+packed, the context is encoded once per prompt, which is what makes CPU training affordable.
+The logits for block position 0 come from the context alone (identical for student and
+teacher), so a state contributes its first n-1 tokens and positions 1..n-1 of the loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from vllm_cllm.training.trajectories import TrajectoryRecord
+
+
+@dataclass
+class PackedExample:
+    """Token ids, positions and attention of one packed row plus where the loss terms live.
+
+    student_index / teacher_index: [S, n-1] row positions whose logits predict block
+    positions 1..n-1 on a state / at the fixed point; loss_mask: [S, n-1] positions that
+    count; answer_start / clean_len: the clean sequence's answer span (AR labels).
+    """
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    attention: torch.Tensor  # [L, L] bool, True = may attend
+    student_index: torch.Tensor
+    teacher_index: torch.Tensor
+    loss_mask: torch.Tensor
+    answer_start: int
+    clean_len: int
+
+
+def _state_pairs(records: list[TrajectoryRecord], consistency: str, states_per_block: int,
+                 rng: np.random.Generator) -> list[tuple[TrajectoryRecord, list[int], list[int]]]:
+    """(record, student state, teacher target) triples; ``states_per_block`` caps each block."""
+    pairs = []
+    for r in records:
+        chosen = range(len(r.states))
+        if 0 < states_per_block < len(r.states):
+            chosen = sorted(rng.choice(len(r.states), states_per_block, replace=False).tolist())
+        for i in chosen:
+            local = consistency == "local" and i + 1 < len(r.states)
+            pairs.append((r, r.states[i], r.states[i + 1] if local else r.fixed_point))
+    return pairs
+
+
+def pack_prompt(records: list[TrajectoryRecord], *, consistency: str = "global",
+                states_per_block: int = 0, seed: int = 0) -> PackedExample:
+    """Pack all records of one prompt (they share prompt and greedy answer)."""
+    first = records[0]
+    clean = first.context_ids[:first.prompt_len] + first.answer_ids
+    n = len(first.fixed_point)
+    rng = np.random.default_rng([seed, first.prompt_id])
+    pairs = _state_pairs(records, consistency, states_per_block, rng)
+    # teacher segments are needed only where the target is not the fixed point (local loss)
+    segments: list[tuple[int, list[int], bool]] = []  # (block start, tokens, is_teacher)
+    for r, state, target in pairs:
+        start = len(r.context_ids)
+        if r.context_ids != clean[:start] or r.fixed_point != clean[start:start + n]:
+            raise ValueError(f"prompt {r.prompt_id} block {r.block}: record does not match "
+                             "its prompt's greedy answer")
+        segments.append((start, state[:n - 1], False))
+        if target != r.fixed_point:
+            segments.append((start, target[:n - 1], True))
+
+    length = len(clean) + sum(len(tokens) for _, tokens, _ in segments)
+    ids = list(clean)
+    positions = list(range(len(clean)))
+    attention = torch.zeros(length, length, dtype=torch.bool)
+    attention[:len(clean), :len(clean)] = torch.tril(torch.ones(len(clean), len(clean),
+                                                                 dtype=torch.bool))
+    rows: list[int] = []  # first packed row of each segment
+    for start, tokens, _ in segments:
+        row = len(ids)
+        rows.append(row)
+        ids += tokens
+        positions += range(start, start + len(tokens))
+        span = len(tokens)
+        attention[row:row + span, :start] = True
+        attention[row:row + span, row:row + span] = torch.tril(
+            torch.ones(span, span, dtype=torch.bool))
+
+    student_index, teacher_index, masks = [], [], []
+    segment_iter = iter(zip(rows, segments, strict=True))
+    for r, state, target in pairs:
+        row, (start, _, _) = next(segment_iter)
+        student_index.append(range(row, row + n - 1))
+        if target != r.fixed_point:
+            teacher_row, _ = next(segment_iter)
+            teacher_index.append(range(teacher_row, teacher_row + n - 1))
+        else:  # clean logits at start..start+n-2 predict the fixed point's positions 1..n-1
+            teacher_index.append(range(start, start + n - 1))
+        differs = [a != b for a, b in zip(state, target, strict=True)]
+        first_diff = differs.index(True) if any(differs) else n
+        masks.append([p > first_diff for p in range(1, n)])
+    return PackedExample(
+        input_ids=torch.tensor(ids), position_ids=torch.tensor(positions), attention=attention,
+        student_index=torch.tensor(student_index, dtype=torch.long).reshape(-1, n - 1),
+        teacher_index=torch.tensor(teacher_index, dtype=torch.long).reshape(-1, n - 1),
+        loss_mask=torch.tensor(masks, dtype=torch.bool).reshape(-1, n - 1),
+        answer_start=first.prompt_len, clean_len=len(clean))
+
+
+def group_by_prompt(records: list[TrajectoryRecord]) -> list[list[TrajectoryRecord]]:
+    """Records of each prompt together, in prompt order."""
+    groups: dict[int, list[TrajectoryRecord]] = {}
+    for r in records:
+        groups.setdefault(r.prompt_id, []).append(r)
+    return [sorted(g, key=lambda r: r.block) for _, g in sorted(groups.items())]

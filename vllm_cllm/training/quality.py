@@ -1,0 +1,54 @@
+"""Collapse checks for a trained CLLM: accuracy, repetition and drift from the base model.
+
+A consistency-trained model can get fast by repeating itself; these figures, beside the base
+model's own, show whether it did: final-answer accuracy, the distinct-4-gram ratio of the
+answers, and the mean negative log-likelihood of the answers under the base model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm_cllm.training.gsm import final_answer
+
+
+def distinct_n(tokens: list[int], n: int = 4) -> float:
+    """Unique n-grams / n-grams in one answer (1.0 when it is too short to repeat)."""
+    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 1.0
+
+
+def mean_distinct_n(answers: list[list[int]], n: int = 4) -> float:
+    return sum(distinct_n(a, n) for a in answers) / max(len(answers), 1)
+
+
+def accuracy(texts: list[str], gold: list[str]) -> float:
+    """Share of answers whose final number equals the reference."""
+    def same(text: str, ref: str) -> bool:
+        got = final_answer(text)
+        try:
+            return got is not None and float(got) == float(ref)
+        except ValueError:
+            return got == ref
+
+    return sum(same(t, g) for t, g in zip(texts, gold, strict=True)) / max(len(gold), 1)
+
+
+def mean_nll(model_dir: str, prompts: list[list[int]], answers: list[list[int]]) -> float:
+    """Mean per-token NLL of ``answers`` (after their prompts) under the model in model_dir."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for prompt, answer in zip(prompts, answers, strict=True):
+            if not answer:
+                continue
+            ids = torch.tensor([prompt + answer])
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1]
+            nll = torch.nn.functional.cross_entropy(logits, torch.tensor(answer),
+                                                    reduction="sum")
+            total += float(nll)
+            count += len(answer)
+    return total / max(count, 1)
