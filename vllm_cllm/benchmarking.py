@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-from vllm_cllm.runtime import mean_acceptance_length, spec_metrics, with_engine
+from vllm_cllm.runtime import mean_acceptance_length, spec_metrics, tokens_per_step, with_engine
 
 
 def _measure_batch_size(llm: Any, prompts: list[str], batch_size: int, max_tokens: int
@@ -42,6 +42,7 @@ def _measure_batch_size(llm: Any, prompts: list[str], batch_size: int, max_token
         "batch_size": batch_size, "num_prompts": len(prompts), "output_tokens": generated,
         "seconds": elapsed, "tokens_per_s": generated / elapsed,
         "tpf": mean_acceptance_length(before, after),
+        "tokens_per_step": tokens_per_step(before, after, generated),
         "acceptance_by_position": [p / drafts for p in per_pos] if drafts else [],
         "tokens": tokens,
     }

@@ -62,10 +62,17 @@ class HybridState:
     last_ngram: np.ndarray = field(default_factory=lambda: _EMPTY)
 
     def update(self, committed: list[int], decay: float = 0.7) -> None:
-        self.jacobi_score = decay * self.jacobi_score + (1 - decay) * matched_prefix(
-            self.last_jacobi, committed)
-        self.ngram_score = decay * self.ngram_score + (1 - decay) * matched_prefix(
-            self.last_ngram, committed)
+        """Score each source on the steps where it proposed something.
+
+        A step where the n-gram lookup found no match says nothing about how good its matches
+        are; counting it as 0 would hand the draft to the Jacobi tail right when a match shows up.
+        """
+        if len(self.last_jacobi):
+            self.jacobi_score = decay * self.jacobi_score + (1 - decay) * matched_prefix(
+                self.last_jacobi, committed)
+        if len(self.last_ngram):
+            self.ngram_score = decay * self.ngram_score + (1 - decay) * matched_prefix(
+                self.last_ngram, committed)
 
     def choose(self, jacobi: np.ndarray, ngram: np.ndarray) -> np.ndarray:
         self.last_jacobi, self.last_ngram = jacobi, ngram

@@ -125,7 +125,7 @@ def _artifact_fingerprint(name: str) -> str | None:
         return None
     digest = hashlib.sha256()
     for path in sorted(folder.rglob("*")):
-        if path.is_file():
+        if path.is_file() and path.suffix != ".md":  # provenance notes are not weights
             digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()[:16]
 

@@ -80,6 +80,17 @@ def mean_acceptance_length(before: dict[str, Any], after: dict[str, Any]) -> flo
     return 1.0 + accepted / drafts if drafts else 1.0
 
 
+def tokens_per_step(before: dict[str, Any], after: dict[str, Any], generated: int) -> float:
+    """Output tokens per model step, counting the steps that drafted nothing.
+
+    vLLM's mean acceptance length averages over drafted steps only, which flatters a proposer
+    that skips steps (``ngram`` without a match). Every step emits one token plus its accepted
+    drafts, so steps = generated - accepted (the prefill's token included).
+    """
+    accepted = (after.get("num_accepted_tokens") or 0) - (before.get("num_accepted_tokens") or 0)
+    return generated / (generated - accepted) if generated > accepted else 1.0
+
+
 def drafter_of(llm: Any) -> Any:
     """The proposer instance of an in-process engine (tests inspect its state)."""
     executor = llm.llm_engine.model_executor
