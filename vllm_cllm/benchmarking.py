@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -43,27 +44,34 @@ def _measure_batch_size(llm: Any, prompts: list[str], batch_size: int, max_token
         "seconds": elapsed, "tokens_per_s": generated / elapsed,
         "tpf": mean_acceptance_length(before, after),
         "tokens_per_step": tokens_per_step(before, after, generated),
+        "num_drafts": drafts,
         "acceptance_by_position": [p / drafts for p in per_pos] if drafts else [],
         "tokens": tokens,
     }
 
 
 def measure(model: str, spec: dict[str, Any] | None, prompts_by_batch: dict[int, list[str]],
-            max_tokens: int) -> list[dict[str, Any]]:
+            max_tokens: int, **engine_overrides: Any) -> list[dict[str, Any]]:
     """One engine, every batch size in turn (prompts chosen per batch size)."""
     return with_engine(model, spec, lambda llm: [
         _measure_batch_size(llm, prompts, bs, max_tokens)
-        for bs, prompts in sorted(prompts_by_batch.items())])
+        for bs, prompts in sorted(prompts_by_batch.items())], **engine_overrides)
 
 
 def measure_in_subprocess(model: str, spec: dict[str, Any] | None,
-                          prompts_by_batch: dict[int, list[str]], max_tokens: int
-                          ) -> list[dict[str, Any]]:
-    """:func:`measure` in a fresh interpreter; returns its rows."""
+                          prompts_by_batch: dict[int, list[str]], max_tokens: int, *,
+                          engine_overrides: dict[str, Any] | None = None,
+                          env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """:func:`measure` in a fresh interpreter; returns its rows.
+
+    ``engine_overrides`` go to ``vllm.LLM`` (e.g. ``tensor_parallel_size``); ``env`` is added
+    to the worker's environment (e.g. per-rank CPU thread binding).
+    """
     payload = json.dumps({"model": model, "spec": spec, "max_tokens": max_tokens,
-                          "prompts_by_batch": {str(k): v for k, v in prompts_by_batch.items()}})
+                          "prompts_by_batch": {str(k): v for k, v in prompts_by_batch.items()},
+                          "engine_overrides": engine_overrides or {}})
     proc = subprocess.run([sys.executable, "-m", "vllm_cllm.benchmarking"], input=payload,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark worker failed for {spec}:\n{proc.stderr[-4000:]}")
     line = next(x for x in proc.stdout.splitlines()[::-1] if x.startswith("ROWS "))
@@ -80,7 +88,8 @@ def main() -> int:
     argparse.ArgumentParser(description="internal: reads a JSON job on stdin").parse_args()
     job = json.loads(sys.stdin.read())
     rows = measure(job["model"], job["spec"],
-                   {int(k): v for k, v in job["prompts_by_batch"].items()}, job["max_tokens"])
+                   {int(k): v for k, v in job["prompts_by_batch"].items()}, job["max_tokens"],
+                   **job.get("engine_overrides", {}))
     print("ROWS " + json.dumps(rows))
     return 0
 
