@@ -20,6 +20,8 @@ setup(
         "cuda": ["vllm>=0.32,<0.34"],
         # Training recipes (CLLM distillation, LoRA) and their gsm_symbolic data.
         "train": ["accelerate", "peft", "reasoning-gym"],
+        # Ray clusters (vLLM's Ray executor; CPU nodes need VLLM_CLLM_RAY_ON_CPU=1, see README).
+        "ray": ["ray"],
         "dev": [
             "pytest>=8",
             "pytest-timeout",
@@ -32,6 +34,7 @@ setup(
             "openai",
             "requests",
             "matplotlib",
+            "ray",  # tests/test_ray_cpu.py: vLLM's Ray executor on CPU, local cluster
         ],
     },
     entry_points={

@@ -76,3 +76,17 @@ def test_entry_point_is_registered():
 
     names = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
     assert names.get("vllm_cllm") == "vllm_cllm.plugin:register"
+
+
+def test_ray_on_cpu_is_opt_in_and_keeps_the_users_runtime_env(monkeypatch):
+    from vllm_cllm.patches import ray_cpu
+
+    monkeypatch.delenv(ray_cpu.ENV_FLAG, raising=False)
+    assert not ray_cpu.enabled()
+    monkeypatch.setenv(ray_cpu.ENV_FLAG, "1")
+    assert ray_cpu.enabled()  # this machine runs the CPU platform
+    env = ray_cpu._with_setup_hook({"env_vars": {"A": "1"}})
+    assert env == {"env_vars": {"A": "1"}, "worker_process_setup_hook": ray_cpu.SETUP_HOOK}
+    mine = {"worker_process_setup_hook": "my.hook"}
+    assert ray_cpu._with_setup_hook(mine) == mine
+    assert ray_cpu.patch_group().missing() == []

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 def register() -> None:
     """Make ``"method": "jacobi"`` and ``--speculative-model "[jacobi]"`` known to vLLM."""
-    from vllm_cllm.patches import speculative_config
+    from vllm_cllm.patches import ray_cpu, speculative_config
 
     speculative_config.patch_group().apply()
+    if ray_cpu.enabled():  # opt-in: vLLM's Ray executor on the CPU build
+        ray_cpu.patch_group().apply()
 
 
 def apply_worker_patches() -> None:
