@@ -64,3 +64,25 @@ def test_jacobi_on_ray_equals_plain_greedy(runs, config):
     mismatches = compare(runs["plain"]["tokens"], runs[config]["tokens"])
     assert not mismatches, f"{config}: first mismatch {mismatches[0]}"
     assert runs[config]["num_drafts"] == runs["jacobi"]["num_drafts"] > 0
+
+
+def test_trajectory_answers_on_ray_equal_the_single_machine_dataset(tiny_path, ray_cluster,
+                                                                    tmp_path, monkeypatch):
+    import ray
+
+    from vllm_cllm.training.answers import generate_answers
+    from vllm_cllm.training.trajectories import write_trajectories
+
+    prompts = [f"Question {i}: what is {i} + {2 * i}?" for i in range(5)]
+    local = generate_answers(tiny_path, prompts, 24, tmp_path / "local.answers.jsonl")
+    monkeypatch.setenv("RAY_ADDRESS", ray_cluster)
+    try:
+        on_ray = generate_answers(tiny_path, prompts, 24, tmp_path / "ray.answers.jsonl",
+                                  ray_workers=2)
+    finally:
+        ray.shutdown()
+    assert on_ray == local
+    for name, items in (("local", local), ("ray", on_ray)):
+        write_trajectories(tmp_path / f"{name}.jsonl", items, n=8, mode="noise", seed=1,
+                           max_states=4)
+    assert (tmp_path / "ray.jsonl").read_text() == (tmp_path / "local.jsonl").read_text()

@@ -27,7 +27,8 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
                for p in gsm_problems(args.num_prompts, args.seed)]
     out = Path(args.out)
     items = generate_answers(model, prompts, args.max_new_tokens,
-                             out.with_name(out.stem + ".answers.jsonl"))
+                             out.with_name(out.stem + ".answers.jsonl"),
+                             ray_workers=args.ray_workers)
     hf_model = None
     if args.mode == "jacobi":
         import torch
@@ -67,6 +68,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--mode", choices=["noise", "jacobi"], default="noise")
     p.add_argument("--max-states", type=int, default=4, help="states kept per block")
+    p.add_argument("--ray-workers", type=int, default=0,
+                   help="generate the answers on N Ray actors (RAY_ADDRESS), one engine each")
     p.set_defaults(func=cmd_trajectories)
 
     p = tsub.add_parser("cllm", help="consistency distillation on trajectory data")
