@@ -22,7 +22,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from vllm_cllm.benchmarking import measure_in_subprocess
+from vllm_cllm.benchmarking import against_baseline, measure_in_subprocess, speedup_bars
 from vllm_cllm.models import model_path
 from vllm_cllm.training.gsm import chat_prompt, gsm_problems
 from vllm_cllm.training.quality import accuracy, mean_distinct_n, mean_nll
@@ -90,13 +90,11 @@ def plot(rows: list[dict], out: Path) -> None:
     axes[0].barh([f"{r['model']}: {r['config']}" for r in sel],
                  [r["tokens_per_step"] for r in sel])
     axes[0].set_title("tokens per decode step, every step counted (batch 8)")
-    for bs, ax in ((1, axes[1]),):
-        s = [r for r in rows if r["batch_size"] == bs]
-        ax.barh([f"{r['model']}: {r['config']}" for r in s], [r["speedup"] for r in s])
-        ax.axvline(1.0, color="black", linewidth=0.8)
-        ax.set_title(f"decode speed-up vs no speculation, same model (batch {bs})")
-    for ax in axes:
-        ax.invert_yaxis()
+    axes[0].invert_yaxis()
+    b1 = [r for r in rows if r["batch_size"] == 1]
+    speedup_bars(axes[1], [f"{r['model']}: {r['config']}" for r in b1],
+                 [r["speedup"] for r in b1],
+                 "decode speed-up vs no speculation, same model (batch 1)")
     fig.tight_layout()
     fig.savefig(out / "speed.png", dpi=90)
 
@@ -136,12 +134,8 @@ def main() -> None:
             key = (label, row["batch_size"])
             if spec is None:
                 baseline.setdefault(key, row)
-            ref = baseline[key]
-            n = len(row["tokens"])
-            row.update(model=label, config=name,
-                       speedup=row["tokens_per_s"] / ref["tokens_per_s"],
-                       identical=row["tokens"] == ref["tokens"][:n])
-            rows.append(row)
+            rows.append(against_baseline(row, baseline[key]))
+            row.update(model=label, config=name)
         write_report([{k: v for k, v in r.items() if k != "tokens"} for r in rows], [], out,
                      header)
     prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]

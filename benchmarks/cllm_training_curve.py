@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import tempfile
 from pathlib import Path
 
 from tqdm import tqdm
 
 from vllm_cllm.benchmarking import jacobi_tpf
-from vllm_cllm.models import merge_adapter, model_path
+from vllm_cllm.models import merged_checkpoint, model_path
 from vllm_cllm.training.gsm import chat_prompt, gsm_problems
 
 
@@ -83,11 +82,7 @@ def main() -> None:
     points = [(0, None), *checkpoints(run)]
     tpf = []
     for step, adapter in tqdm(points, desc="checkpoints"):
-        with tempfile.TemporaryDirectory(prefix="cllm-ckpt-") as tmp:
-            model_dir = str(base)
-            if adapter is not None:
-                merge_adapter(base, adapter, Path(tmp))
-                model_dir = tmp
+        with merged_checkpoint(base, adapter) as model_dir:
             tpf.append({"step": step, "tpf": jacobi_tpf(model_dir, prompts, args.k,
                                                          args.max_tokens)})
         print(tpf[-1])

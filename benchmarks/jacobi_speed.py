@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from vllm_cllm.benchmarking import measure_in_subprocess
+from vllm_cllm.benchmarking import against_baseline, measure_in_subprocess, speedup_bars
 from vllm_cllm.datasets import humaneval_prompts
 from vllm_cllm.models import model_path
 
@@ -61,10 +61,8 @@ def plot(rows: list[dict], out: Path) -> None:
     fig, axes = plt.subplots(1, len(batch_sizes), figsize=(7 * len(batch_sizes), 7))
     for ax, bs in zip(axes, batch_sizes, strict=True):
         sel = [r for r in rows if r["batch_size"] == bs]
-        ax.barh([r["config"] for r in sel], [r["speedup"] for r in sel])
-        ax.axvline(1.0, color="black", linewidth=0.8)
-        ax.set_title(f"batch {bs}: speed-up vs no speculation")
-        ax.invert_yaxis()
+        speedup_bars(ax, [r["config"] for r in sel], [r["speedup"] for r in sel],
+                     f"batch {bs}: speed-up vs no speculation")
     fig.tight_layout()
     fig.savefig(out / "speedup.png", dpi=90)
 
@@ -98,8 +96,7 @@ def main() -> None:
             bs = row["batch_size"]
             if spec is None and bs not in baseline:
                 baseline[bs] = row
-            row.update(config=name, speedup=row["tokens_per_s"] / baseline[bs]["tokens_per_s"],
-                       identical=row["tokens"] == baseline[bs]["tokens"])
+            against_baseline(row, baseline[bs])["config"] = name
             rows.append({k: v for k, v in row.items() if k != "tokens"})
         write_report(rows, out, "")
     header = (f"SmolLM2-135M-Instruct fp32, HumanEval prompts, {args.max_tokens} new tokens, "

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from pathlib import Path
 
 from vllm_cllm.benchmarking import measure_in_subprocess
-from vllm_cllm.models import merge_adapter, model_path
+from vllm_cllm.models import merged_checkpoint, model_path
 from vllm_cllm.training.cllm import CllmConfig, train_cllm
 from vllm_cllm.training.gsm import chat_prompt, gsm_problems
 from vllm_cllm.training.quality import mean_distinct_n
@@ -92,9 +91,8 @@ def main() -> None:
         run = out / f"run-{mode}"
         train_cllm(str(base), records, run, config, resume=False)
         train_cpu = time.process_time() - start
-        with tempfile.TemporaryDirectory() as tmp:
-            merge_adapter(base, run / "adapter", Path(tmp))
-            measured = speed_and_diversity(tmp, val)
+        with merged_checkpoint(base, run / "adapter") as model_dir:
+            measured = speed_and_diversity(model_dir, val)
         collapsed = measured["distinct_4"] < 0.8 * rows[0]["distinct_4"]
         gain = measured["tokens_per_step"] - rows[0]["tokens_per_step"]
         rows.append({"mode": mode, "records": len(records),

@@ -78,6 +78,22 @@ def measure_in_subprocess(model: str, spec: dict[str, Any] | None,
     return json.loads(line.removeprefix("ROWS "))
 
 
+def against_baseline(row: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
+    """Add ``row``'s speed-up over ``baseline`` (no speculation, same prompts and batch size)
+    and whether its tokens are identical to the baseline's (the lossless check)."""
+    row.update(speedup=row["tokens_per_s"] / baseline["tokens_per_s"],
+               identical=row["tokens"] == baseline["tokens"])
+    return row
+
+
+def speedup_bars(ax: Any, labels: list[str], speedups: list[float], title: str) -> None:
+    """Horizontal speed-up bars with the no-speculation line at 1.0 (matplotlib axes)."""
+    ax.barh(labels, speedups)
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_title(title)
+    ax.invert_yaxis()
+
+
 def jacobi_tpf(model: str, prompts: list[str], k: int, max_tokens: int) -> float:
     """Tokens per verify step of ``model`` with ``jacobi`` (all prompts in one batch)."""
     spec = {"method": "jacobi", "num_speculative_tokens": k}

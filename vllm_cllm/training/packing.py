@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from vllm_cllm.training.losses import block_mask
 from vllm_cllm.training.trajectories import TrajectoryRecord
 
 
@@ -67,52 +68,45 @@ def pack_prompt(records: list[TrajectoryRecord], *, consistency: str = "global",
     n = len(first.fixed_point)
     rng = np.random.default_rng([seed, first.prompt_id])
     pairs = _state_pairs(records, consistency, states_per_block, rng)
-    # teacher segments are needed only where the target is not the fixed point (local loss)
-    segments: list[tuple[int, list[int], bool]] = []  # (block start, tokens, is_teacher)
+    ids, positions = list(clean), list(range(len(clean)))
+    spans: list[tuple[int, int, int]] = []  # (packed row, block start, length) per segment
+
+    def append(start: int, tokens: list[int]) -> int:
+        row = len(ids)
+        ids.extend(tokens)
+        positions.extend(range(start, start + len(tokens)))
+        spans.append((row, start, len(tokens)))
+        return row
+
+    student_index, teacher_index = [], []
     for r, state, target in pairs:
         start = len(r.context_ids)
         if r.context_ids != clean[:start] or r.fixed_point != clean[start:start + n]:
             raise ValueError(f"prompt {r.prompt_id} block {r.block}: record does not match "
                              "its prompt's greedy answer")
-        segments.append((start, state[:n - 1], False))
-        if target != r.fixed_point:
-            segments.append((start, target[:n - 1], True))
+        row = append(start, state[:n - 1])
+        student_index.append(range(row, row + n - 1))
+        # the clean logits at start..start+n-2 predict the fixed point's positions 1..n-1;
+        # a separate teacher segment is needed only for another target (local loss)
+        teacher_row = start if target == r.fixed_point else append(start, target[:n - 1])
+        teacher_index.append(range(teacher_row, teacher_row + n - 1))
 
-    length = len(clean) + sum(len(tokens) for _, tokens, _ in segments)
-    ids = list(clean)
-    positions = list(range(len(clean)))
-    attention = torch.zeros(length, length, dtype=torch.bool)
+    attention = torch.zeros(len(ids), len(ids), dtype=torch.bool)
     attention[:len(clean), :len(clean)] = torch.tril(torch.ones(len(clean), len(clean),
                                                                  dtype=torch.bool))
-    rows: list[int] = []  # first packed row of each segment
-    for start, tokens, _ in segments:
-        row = len(ids)
-        rows.append(row)
-        ids += tokens
-        positions += range(start, start + len(tokens))
-        span = len(tokens)
+    for row, start, span in spans:
         attention[row:row + span, :start] = True
         attention[row:row + span, row:row + span] = torch.tril(
             torch.ones(span, span, dtype=torch.bool))
-
-    student_index, teacher_index, masks = [], [], []
-    segment_iter = iter(zip(rows, segments, strict=True))
-    for r, state, target in pairs:
-        row, (start, _, _) = next(segment_iter)
-        student_index.append(range(row, row + n - 1))
-        if target != r.fixed_point:
-            teacher_row, _ = next(segment_iter)
-            teacher_index.append(range(teacher_row, teacher_row + n - 1))
-        else:  # clean logits at start..start+n-2 predict the fixed point's positions 1..n-1
-            teacher_index.append(range(start, start + n - 1))
-        differs = [a != b for a, b in zip(state, target, strict=True)]
-        first_diff = differs.index(True) if any(differs) else n
-        masks.append([p > first_diff for p in range(1, n)])
+    # block position 0 is predicted from the context alone: the loss covers positions 1..n-1
+    loss_mask = block_mask(
+        torch.tensor([state for _, state, _ in pairs], dtype=torch.long).reshape(-1, n),
+        torch.tensor([target for _, _, target in pairs], dtype=torch.long).reshape(-1, n))[:, 1:]
     return PackedExample(
         input_ids=torch.tensor(ids), position_ids=torch.tensor(positions), attention=attention,
         student_index=torch.tensor(student_index, dtype=torch.long).reshape(-1, n - 1),
         teacher_index=torch.tensor(teacher_index, dtype=torch.long).reshape(-1, n - 1),
-        loss_mask=torch.tensor(masks, dtype=torch.bool).reshape(-1, n - 1),
+        loss_mask=loss_mask.reshape(-1, n - 1),
         answer_start=first.prompt_len, clean_len=len(clean))
 
 

@@ -36,11 +36,11 @@ def answer_rows_on_ray(model: str, prompts: list[str], max_new_tokens: int,
 
     if not ray.is_initialized():
         ray.init(ignore_reinit_error=True)
-    shares = [prompts[i::num_workers] for i in range(num_workers)]
+    shares = [share for share in (prompts[i::num_workers] for i in range(num_workers)) if share]
     worker_class = _answer_worker_class()
-    workers = [worker_class.remote() for share in shares if share]
+    workers = [worker_class.remote() for _ in shares]
     results = ray.get([w.answer_rows.remote(model, share, max_new_tokens)
-                       for w, share in zip(workers, [s for s in shares if s], strict=True)])
+                       for w, share in zip(workers, shares, strict=True)])
     for worker in workers:
         ray.kill(worker)
     by_prompt = {row["prompt"]: row for rows in results for row in rows}
