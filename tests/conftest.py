@@ -51,3 +51,34 @@ class EngineProxy:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._holder["llm"], name)
+
+
+def gsm_test_prompts(model: str, count: int = 6, seed: int = 2024) -> list[str]:
+    """Chat prompts of gsm_symbolic problems from the tests' seed (never used in training)."""
+    from transformers import AutoTokenizer
+
+    from vllm_cllm.training.gsm import chat_prompt, gsm_problems
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    return [chat_prompt(tokenizer, p["question"]) for p in gsm_problems(count, seed=seed)]
+
+
+def plain_and_speculative_runs(model: str, spec: dict[str, Any], prompts: list[str],
+                               max_tokens: int = 96) -> dict[str, dict[str, Any]]:
+    """Greedy tokens without and with ``spec`` (all prompts batched, the first two one at a
+    time) and the tokens per verify step, one engine at a time."""
+    from vllm import SamplingParams
+
+    from vllm_cllm.lossless import generate_tokens
+    from vllm_cllm.runtime import mean_acceptance_length, spec_metrics, with_engine
+
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+
+    def run(llm):
+        before = spec_metrics(llm)
+        out = {"batched": generate_tokens(llm, prompts, params),
+               "single": generate_tokens(llm, prompts[:2], params, one_at_a_time=True)}
+        out["tpf"] = mean_acceptance_length(before, spec_metrics(llm))
+        return out
+
+    return {"plain": with_engine(model, None, run), "spec": with_engine(model, spec, run)}

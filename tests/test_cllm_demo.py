@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_cllm.lossless import compare, generate_tokens
-from vllm_cllm.runtime import mean_acceptance_length, spec_metrics, with_engine
+from conftest import gsm_test_prompts, plain_and_speculative_runs
+from vllm_cllm.lossless import compare
 
 pytestmark = pytest.mark.engine
 
@@ -26,24 +26,7 @@ def cllm_path():
 
 @pytest.fixture(scope="module")
 def runs(cllm_path):
-    from transformers import AutoTokenizer
-    from vllm import SamplingParams
-
-    from vllm_cllm.training.gsm import chat_prompt, gsm_problems
-
-    tokenizer = AutoTokenizer.from_pretrained(cllm_path)
-    prompts = [chat_prompt(tokenizer, p["question"]) for p in gsm_problems(6, seed=2024)]
-    params = SamplingParams(temperature=0.0, max_tokens=96)
-
-    def run(llm):
-        before = spec_metrics(llm)
-        out = {"batched": generate_tokens(llm, prompts, params),
-               "single": generate_tokens(llm, prompts[:2], params, one_at_a_time=True)}
-        out["tpf"] = mean_acceptance_length(before, spec_metrics(llm))
-        return out
-
-    return {"plain": with_engine(cllm_path, None, run),
-            "jacobi": with_engine(cllm_path, JACOBI, run)}
+    return plain_and_speculative_runs(cllm_path, JACOBI, gsm_test_prompts(cllm_path))
 
 
 def test_artifact_is_small_and_rebuilds_a_full_checkpoint(cllm_path):
@@ -59,9 +42,9 @@ def test_artifact_is_small_and_rebuilds_a_full_checkpoint(cllm_path):
 
 @pytest.mark.parametrize("mode", ["batched", "single"])
 def test_cllm_greedy_identical_with_jacobi(runs, mode):
-    mismatches = compare(runs["plain"][mode], runs["jacobi"][mode])
+    mismatches = compare(runs["plain"][mode], runs["spec"][mode])
     assert not mismatches, f"{mode}: first mismatch {mismatches[0]}"
 
 
 def test_cllm_accepts_several_tokens_per_step(runs):
-    assert runs["jacobi"]["tpf"] > 2.0
+    assert runs["spec"]["tpf"] > 2.0

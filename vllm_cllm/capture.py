@@ -64,6 +64,16 @@ class VerifyObserver:
             rows = [n + 1 for n in spec_decode_metadata.num_draft_tokens]
         self.predictions = VerifyPredictions.from_logits(logits, rows, req_ids)
 
+    def load_model(self, *args: Any, **kwargs: Any) -> None:
+        """The draft model is the target itself: nothing to load."""
+
+    @staticmethod
+    def draft_room(sampled: list[int], num_tokens: int, max_draft: int, max_model_len: int
+                   ) -> int:
+        """Draft slots a request may use this step: none during a partial prefill (nothing
+        sampled) or when nothing more fits before ``max_model_len``."""
+        return max(0, min(max_draft, max_model_len - num_tokens)) if sampled else 0
+
     def take_predictions(self) -> VerifyPredictions | None:
         """The current step's predictions, once; a later call in the same step gets None."""
         predictions, self.predictions = self.predictions, None

@@ -99,17 +99,14 @@ class JacobiProposer(VerifyObserver):
         else:
             self.fill = make_fill(self.options, self.max_model_len)
 
-    def load_model(self, *args: Any, **kwargs: Any) -> None:
-        """The draft model is the target itself: nothing to load."""
-
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray,
                 token_ids_cpu: np.ndarray, *args: Any, **kwargs: Any) -> list[list[int]]:
         predictions = self.take_predictions()
         drafts: list[list[int]] = []
         for i, sampled in enumerate(sampled_token_ids):
             num_tokens = int(num_tokens_no_spec[i])
-            room = min(self.k, self.max_model_len - num_tokens)
-            if not sampled or room <= 0:
+            room = self.draft_room(sampled, num_tokens, self.k, self.max_model_len)
+            if room == 0:
                 drafts.append([])  # partial prefill, or nothing fits before max_model_len
                 continue
             tail = predictions.row(i)[len(sampled):] if predictions is not None else _EMPTY

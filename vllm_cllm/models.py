@@ -97,19 +97,49 @@ def _build_tiny(out_dir: Path) -> None:
     make_tiny_llama(out_dir, model_path("smollm2-135m-instruct"))
 
 
+def _build_tiny_space(out_dir: Path) -> None:
+    """The tiny model with a mask token added (untrained): the ``space`` mechanics in tests."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from vllm_cllm.training.space import add_mask_token
+
+    tiny = model_path("tiny-random-llama")
+    model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    torch.manual_seed(0)
+    add_mask_token(model, tokenizer)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+
+
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
 
 def merge_adapter(base_dir: Path, adapter_dir: Path, out_dir: Path) -> None:
-    """Base checkpoint + LoRA adapter → one merged float32 checkpoint that vLLM loads."""
+    """Base checkpoint + LoRA adapter → one merged float32 checkpoint that vLLM loads.
+
+    A SPACE adapter carries ``mask_token.json``: the mask token is added to the base's
+    tokenizer and embeddings first, as in training, and recorded in the saved config.
+    """
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from vllm_cllm.training.space import MASK_TOKEN_FILE, add_mask_token
+
     base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    mask_file = Path(adapter_dir) / MASK_TOKEN_FILE
+    if mask_file.exists():
+        expected = json.loads(mask_file.read_text())
+        mask_id = add_mask_token(base, tokenizer, expected["mask_token"])
+        if mask_id != expected["mask_token_id"]:
+            raise RuntimeError(f"{adapter_dir}: mask token got id {mask_id}, the adapter was "
+                               f"trained with {expected['mask_token_id']}")
     merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
     merged.to(torch.float32).save_pretrained(out_dir)
-    AutoTokenizer.from_pretrained(base_dir).save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
     if (Path(base_dir) / "generation_config.json").exists():
         shutil.copy(Path(base_dir) / "generation_config.json", out_dir)
 
@@ -125,9 +155,12 @@ def merged_checkpoint(base_dir: Path, adapter_dir: Path | None) -> Iterator[str]
         yield tmp
 
 
-def _build_cllm_gsm(out_dir: Path) -> None:
-    merge_adapter(model_path("smollm2-135m-instruct"),
-                  ARTIFACTS / "smollm2-135m-cllm-gsm", out_dir)
+def _demo_from_artifact(name: str) -> Callable[[Path], None]:
+    """Builder of a demo checkpoint: SmolLM2 + the adapter in ``artifacts/<name>``."""
+    def build(out_dir: Path) -> None:
+        merge_adapter(model_path("smollm2-135m-instruct"), ARTIFACTS / name, out_dir)
+
+    return build
 
 
 def _artifact_fingerprint(name: str) -> str | None:
@@ -146,8 +179,10 @@ def _artifact_fingerprint(name: str) -> str | None:
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "smollm2-135m-instruct": _build_smollm2,
     "tiny-random-llama": _build_tiny,  # for tests: random weights, SmolLM2's tokenizer
-    # the demo CLLM: base + the LoRA adapter in vllm_cllm/artifacts (examples/recipes)
-    "smollm2-135m-cllm-gsm": _build_cllm_gsm,
+    "tiny-random-space": _build_tiny_space,  # the same with a SPACE mask token (untrained)
+    # the demos: base + the LoRA adapter in vllm_cllm/artifacts (examples/recipes)
+    "smollm2-135m-cllm-gsm": _demo_from_artifact("smollm2-135m-cllm-gsm"),
+    "smollm2-135m-space-gsm": _demo_from_artifact("smollm2-135m-space-gsm"),
 }
 
 

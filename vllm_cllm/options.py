@@ -15,9 +15,17 @@ from vllm_cllm.errors import ConfigError
 #: Methods this plugin adds, with the proposer class each one maps to (vLLM's custom_class hook).
 METHODS: dict[str, str] = {
     "jacobi": "vllm_cllm.jacobi.JacobiProposer",
+    "space": "vllm_cllm.space.SpaceProposer",
 }
 
 FILL_POLICIES = ("hybrid", "ngram", "tail", "random")
+#: What ``space`` drafts when its mask slots cannot be used (vllm_cllm/space.py); 1st: default.
+SPACE_FILL_POLICIES = ("ngram", "masks", "hybrid", "tail")
+#: Options each method accepts besides num_speculative_tokens.
+METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
+    "jacobi": ("fill", "ngram_min", "ngram_max", "seed"),
+    "space": ("fill", "ngram_min", "ngram_max", "mask_token_id"),
+}
 
 #: Keys the plugin sets itself in vLLM's SpeculativeConfig.
 OWN_KEYS = {"method", "num_speculative_tokens", "model"}
@@ -39,6 +47,9 @@ class ProposerOptions:
       committed tokens better so far: the tail wins on a CLLM, n-grams on an untrained model).
     ngram_min / ngram_max: n-gram lengths tried by the ``ngram`` fill.
     seed: seeds the ``random`` fill; the same on every tensor-parallel rank.
+    mask_token_id (``space``): the checkpoint's mask token, from its config unless given.
+    For ``space``, num_speculative_tokens is k, the candidates per step; vLLM verifies 2k
+    draft slots (k candidates + k masks).
     """
 
     method: str = "jacobi"
@@ -47,6 +58,13 @@ class ProposerOptions:
     ngram_min: int = 2
     ngram_max: int = 4
     seed: int = 0
+    mask_token_id: int | None = None
+
+    @property
+    def vllm_draft_tokens(self) -> int:
+        """Draft slots vLLM schedules per request and step."""
+        k = self.num_speculative_tokens
+        return 2 * k if self.method == "space" else k
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,46 +80,72 @@ def _int_in(name: str, value: Any, low: int, high: int) -> int:
     return value
 
 
-def parse_options(spec: dict[str, Any], max_k: int) -> ProposerOptions:
+def parse_options(spec: dict[str, Any], max_k: int, hf_config: Any = None) -> ProposerOptions:
     """Validate the plugin part of a speculative config dict (already holding our ``method``).
 
-    Raises ConfigError naming the offending key and the allowed values.
+    ``max_k`` is vLLM's per-request limit on draft slots; ``hf_config`` the target model's
+    config (``space`` reads its mask token there). Raises ConfigError naming the offending
+    key and the allowed values.
     """
     method = spec.get("method")
     if method not in METHODS:
         raise ConfigError(f"vllm-cllm: unknown method {method!r}; allowed: {', '.join(METHODS)}")
-    unknown = sorted(set(spec) - OWN_KEYS - VLLM_KEYS - set(OPTION_NAMES))
+    allowed = METHOD_OPTIONS[method]
+    unknown = sorted(set(spec) - OWN_KEYS - VLLM_KEYS - set(allowed))
     if unknown:
         raise ConfigError(
             f"vllm-cllm: unknown option(s) {', '.join(map(repr, unknown))} for method {method!r}; "
-            f"allowed: num_speculative_tokens, {', '.join(OPTION_NAMES)}"
+            f"allowed: num_speculative_tokens, {', '.join(allowed)}"
         )
     if "model" in spec and spec["model"] not in (None, METHODS[method]):
         raise ConfigError(
             f"vllm-cllm: method {method!r} drafts with the target model itself; "
             f"do not set 'model' (got {spec['model']!r})"
         )
+    if method == "space":
+        max_k //= 2  # k candidates + k masks per step
     if "num_speculative_tokens" not in spec:
         raise ConfigError(f"vllm-cllm: method {method!r} needs num_speculative_tokens "
                           f"(an integer in [1, {max_k}])")
     k = _int_in("num_speculative_tokens", spec["num_speculative_tokens"], 1, max_k)
-    fill = spec.get("fill", ProposerOptions.fill)
-    if fill not in FILL_POLICIES:
+    policies = SPACE_FILL_POLICIES if method == "space" else FILL_POLICIES
+    fill = spec.get("fill", policies[0])
+    if fill not in policies:
         raise ConfigError(
-            f"vllm-cllm: fill must be one of {', '.join(FILL_POLICIES)}; got {fill!r}")
+            f"vllm-cllm: fill for method {method!r} must be one of {', '.join(policies)}; "
+            f"got {fill!r}")
     ngram_min = _int_in("ngram_min", spec.get("ngram_min", ProposerOptions.ngram_min), 1, 64)
     ngram_max = _int_in("ngram_max", spec.get("ngram_max", ProposerOptions.ngram_max),
                         ngram_min, 64)
     seed = _int_in("seed", spec.get("seed", ProposerOptions.seed), 0, 2**31 - 1)
+    mask_token_id = _mask_token_id(spec, hf_config) if method == "space" else None
     return ProposerOptions(method=method, num_speculative_tokens=k, fill=fill,
-                           ngram_min=ngram_min, ngram_max=ngram_max, seed=seed)
+                           ngram_min=ngram_min, ngram_max=ngram_max, seed=seed,
+                           mask_token_id=mask_token_id)
+
+
+def _mask_token_id(spec: dict[str, Any], hf_config: Any) -> int:
+    """The SPACE mask token: the option, else the checkpoint's ``mask_token_id``; checked."""
+    vocab = getattr(hf_config, "vocab_size", None) if hf_config is not None else None
+    upper = (vocab - 1) if vocab else 2**31 - 1
+    if "mask_token_id" in spec:
+        return _int_in("mask_token_id", spec["mask_token_id"], 0, upper)
+    mask_id = getattr(hf_config, "mask_token_id", None) if hf_config is not None else None
+    if not isinstance(mask_id, int) or isinstance(mask_id, bool) or not 0 <= mask_id <= upper:
+        name = getattr(hf_config, "name_or_path", None) or "the target model"
+        raise ConfigError(
+            f"vllm-cllm: method 'space' needs a SPACE checkpoint with a mask token, but "
+            f"{name} has no mask_token_id in its config (got {mask_id!r}). Train one with "
+            f"`vllm-cllm train space`, or name the token with the option mask_token_id "
+            f"(an integer in [0, {upper}]).")
+    return mask_id
 
 
 def options_from_vllm_config(vllm_config: Any) -> ProposerOptions:
     """Options as the worker sees them; defaults when the class path was given directly."""
     extra = getattr(vllm_config, "additional_config", None) or {}
     stored = extra.get(ADDITIONAL_CONFIG_KEY) if isinstance(extra, dict) else None
-    k = vllm_config.speculative_config.num_speculative_tokens
     if not stored:
-        return ProposerOptions(num_speculative_tokens=k)
-    return ProposerOptions(**{**stored, "num_speculative_tokens": k})
+        return ProposerOptions(
+            num_speculative_tokens=vllm_config.speculative_config.num_speculative_tokens)
+    return ProposerOptions(**stored)

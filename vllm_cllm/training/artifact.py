@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
+from vllm_cllm.training.space import MASK_TOKEN_FILE
+
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+#: What an adapter trains: LoRA matrices and peft's trainable token rows (the SPACE mask).
+TRAINED_PARTS = ("lora_", "trainable_tokens")
 
 
 def export_adapter(adapter_dir: Path, out_dir: Path) -> Path:
@@ -26,9 +31,12 @@ def export_adapter(adapter_dir: Path, out_dir: Path) -> Path:
     config = json.loads((adapter_dir / ADAPTER_FILES[0]).read_text())
     config["base_model_name_or_path"] = "smollm2-135m-instruct"  # a vllm-cllm model name
     (out_dir / ADAPTER_FILES[0]).write_text(json.dumps(config, indent=1, sort_keys=True))
-    weights = load_file(str(adapter_dir / ADAPTER_FILES[1]))
+    weights = {k: v for k, v in load_file(str(adapter_dir / ADAPTER_FILES[1])).items()
+               if any(part in k for part in TRAINED_PARTS)}  # not whole embedding copies
     save_file({k: v.to(torch.float16).contiguous() for k, v in weights.items()},
               str(out_dir / ADAPTER_FILES[1]))
+    if (adapter_dir / MASK_TOKEN_FILE).exists():  # a SPACE adapter: the merge adds the token
+        shutil.copy(adapter_dir / MASK_TOKEN_FILE, out_dir / MASK_TOKEN_FILE)
     return out_dir / ADAPTER_FILES[1]
 
 

@@ -55,6 +55,40 @@ def cmd_cllm(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_space(args: argparse.Namespace) -> int:
+    from transformers import AutoTokenizer
+
+    from vllm_cllm.training.answers import generate_answers
+    from vllm_cllm.training.gsm import chat_prompt, gsm_problems
+    from vllm_cllm.training.space import SpaceConfig, train_space
+
+    config = SpaceConfig(**{f.name: getattr(args, f.name) for f in fields(SpaceConfig)
+                            if getattr(args, f.name, None) is not None})
+    model = _resolve_model(args.model)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    prompts = [chat_prompt(tokenizer, p["question"])
+               for p in gsm_problems(args.num_prompts, args.prompt_seed)]
+    answers = Path(args.answers) if args.answers else out / "answers.jsonl"
+    items = generate_answers(model, prompts, args.max_new_tokens, answers)
+    (out / "train_config.json").write_text(json.dumps(
+        {"base_model": args.model, "num_prompts": args.num_prompts, "prompt_seed": args.prompt_seed,
+         "answers": str(answers), **asdict(config)}, indent=1))
+    print(train_space(model, items, out, config))
+    return 0
+
+
+def _add_config_flags(parser: argparse.ArgumentParser, defaults: object,
+                      skip: tuple[str, ...] = ()) -> None:
+    """One ``--flag`` per field of a training config dataclass (None = keep the default)."""
+    for f in fields(defaults):
+        if f.name in skip:
+            continue
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=type(f.default),
+                            default=None, help=f"default {f.default}")
+
+
 def add_train_parser(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="make training data and train checkpoints")
     tsub = train.add_subparsers(dest="train_command", required=True)
@@ -76,13 +110,30 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--data", required=True)
     p.add_argument("--out", required=True)
-    for f in fields(CllmConfigDefaults()):
-        p.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=type(f.default),
-                       default=None)
+    _add_config_flags(p, CllmConfigDefaults())
     p.set_defaults(func=cmd_cllm)
+
+    p = tsub.add_parser("space", help="SPACE semi-autoregressive SFT (adds a mask token)")
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--out", required=True)
+    p.add_argument("--num-prompts", type=int, default=400)
+    p.add_argument("--seed", dest="prompt_seed", type=int, default=1,
+                   help="gsm_symbolic seed (training seeds only); --trainer-seed seeds training")
+    p.add_argument("--trainer-seed", dest="seed", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--answers", default=None,
+                   help="greedy-answer cache (JSON lines; default OUT/answers.jsonl)")
+    _add_config_flags(p, SpaceConfigDefaults(), skip=("seed",))
+    p.set_defaults(func=cmd_space)
 
 
 def CllmConfigDefaults():  # noqa: N802 - imported lazily to keep `vllm-cllm --help` fast
     from vllm_cllm.training.cllm import CllmConfig
 
     return CllmConfig()
+
+
+def SpaceConfigDefaults():  # noqa: N802 - imported lazily, as above
+    from vllm_cllm.training.space import SpaceConfig
+
+    return SpaceConfig()

@@ -16,8 +16,10 @@ from typing import Any
 
 import torch
 
+from vllm_cllm.training.batching import pad_packed_rows
 from vllm_cllm.training.losses import ar_loss, consistency_loss
 from vllm_cllm.training.packing import PackedExample, group_by_prompt, pack_prompt
+from vllm_cllm.training.trainer import logging_trainer_class, training_arguments
 from vllm_cllm.training.trajectories import TrajectoryRecord
 
 
@@ -58,28 +60,18 @@ class TrajectoryDataset(torch.utils.data.Dataset):
 
 def collate(examples: list[PackedExample], pad_id: int = 0) -> dict[str, torch.Tensor]:
     """Pad packed rows to the longest; loss indices become flat indices into [B*L]."""
-    width = max(len(e.input_ids) for e in examples)
-    batch = len(examples)
-    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
-    position_ids = torch.zeros((batch, width), dtype=torch.long)
-    labels = torch.full((batch, width), -100, dtype=torch.long)
-    allowed = torch.eye(width, dtype=torch.bool).repeat(batch, 1, 1)  # padding sees itself
-    student, teacher, masks = [], [], []
-    for b, e in enumerate(examples):
-        size = len(e.input_ids)
-        input_ids[b, :size] = e.input_ids
-        position_ids[b, :size] = e.position_ids
-        labels[b, e.answer_start:e.clean_len] = e.input_ids[e.answer_start:e.clean_len]
-        allowed[b, :size, :size] = e.attention
-        student.append(e.student_index + b * width)
-        teacher.append(e.teacher_index + b * width)
-        masks.append(e.loss_mask)
-    additive = torch.zeros(allowed.shape, dtype=torch.float32)
-    additive.masked_fill_(~allowed, torch.finfo(torch.float32).min)
-    return {"input_ids": input_ids, "position_ids": position_ids,
-            "attention_mask": additive.unsqueeze(1), "labels": labels,
-            "student_index": torch.cat(student), "teacher_index": torch.cat(teacher),
-            "loss_mask": torch.cat(masks)}
+    rows = []
+    for e in examples:
+        labels = torch.full_like(e.input_ids, -100)
+        labels[e.answer_start:e.clean_len] = e.input_ids[e.answer_start:e.clean_len]
+        rows.append((e.input_ids, e.position_ids, labels, e.attention))
+    batch, width = pad_packed_rows(rows, pad_id)
+    return {**batch,
+            "student_index": torch.cat([e.student_index + b * width
+                                        for b, e in enumerate(examples)]),
+            "teacher_index": torch.cat([e.teacher_index + b * width
+                                        for b, e in enumerate(examples)]),
+            "loss_mask": torch.cat([e.loss_mask for e in examples])}
 
 
 def cllm_loss(model: Any, batch: dict[str, torch.Tensor], ar_weight: float
@@ -105,37 +97,6 @@ def cllm_loss(model: Any, batch: dict[str, torch.Tensor], ar_weight: float
                    "fixed_point_accuracy": float(accuracy)}
 
 
-def _trainer_class():
-    from transformers import Trainer
-
-    class CllmTrainer(Trainer):
-        """HF Trainer whose loss is the CLLM objective; logs its parts averaged per log step."""
-
-        ar_weight: float = 1.0
-
-        def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
-            loss, parts = cllm_loss(model, inputs, self.ar_weight)
-            if model.training:
-                for key, value in parts.items():
-                    self.logged_parts.setdefault(key, []).append(value)
-            return (loss, None) if return_outputs else loss
-
-        @property
-        def logged_parts(self) -> dict[str, list[float]]:
-            """Loss parts of the training steps since the last log line."""
-            return self.__dict__.setdefault("_logged_parts", {})
-
-        def log(self, logs, *args, **kwargs):
-            if "loss" in logs:
-                for key, values in self.logged_parts.items():
-                    name = key if key.endswith("accuracy") else f"loss_{key}"
-                    logs[name] = sum(values) / len(values)
-                self.logged_parts.clear()
-            super().log(logs, *args, **kwargs)
-
-    return CllmTrainer
-
-
 def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | Path,
                config: CllmConfig, *, resume: bool = True) -> Path:
     """Fine-tune ``base_model`` on the records; saves a vLLM-loadable checkpoint in out_dir.
@@ -143,7 +104,7 @@ def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | 
     With ``lora_rank > 0`` only a LoRA adapter trains; it is saved under ``out_dir/adapter``
     (the small artifact to keep) and merged into the saved full checkpoint.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     random.seed(config.seed)
     torch.manual_seed(config.seed)
@@ -158,17 +119,8 @@ def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | 
             target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                             "down_proj"], task_type="CAUSAL_LM"))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    args = TrainingArguments(
-        output_dir=str(out / "trainer"), per_device_train_batch_size=config.batch_size,
-        gradient_accumulation_steps=config.grad_accum, learning_rate=config.learning_rate,
-        num_train_epochs=config.epochs, max_steps=config.max_steps, lr_scheduler_type="cosine",
-        warmup_steps=0.03, logging_steps=config.logging_steps, save_steps=config.save_steps,
-        save_total_limit=config.keep_checkpoints or None, report_to=[], seed=config.seed,
-        remove_unused_columns=False,
-        dataloader_num_workers=0, use_cpu=not torch.cuda.is_available())
-    trainer_cls = _trainer_class()
-    trainer_cls.ar_weight = config.ar_weight
-    trainer = trainer_cls(model=model, args=args,
+    trainer_cls = logging_trainer_class(lambda m, batch: cllm_loss(m, batch, config.ar_weight))
+    trainer = trainer_cls(model=model, args=training_arguments(out, config),
                           train_dataset=TrajectoryDataset(records, config.consistency,
                                                         config.states_per_block, config.seed),
                           data_collator=lambda items: collate(items, pad_id))

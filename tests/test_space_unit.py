@@ -1,0 +1,289 @@
+"""SPACE without an engine: options and refusal, mask token, SAR data builder, proposer rules."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from vllm_cllm.capture import VerifyPredictions
+from vllm_cllm.errors import ConfigError
+from vllm_cllm.fill import NgramFill, NoFill
+from vllm_cllm.jacobi import HybridState
+from vllm_cllm.options import parse_options
+from vllm_cllm.space import SpaceProposer, SpaceRequest, next_candidates
+from vllm_cllm.training.space import (
+    MASK_TOKEN,
+    SarDataset,
+    add_mask_token,
+    build_sar_example,
+    collate_sar,
+    sar_loss,
+)
+
+MASK = 99
+
+
+# --- options ---------------------------------------------------------------------------------
+
+def test_space_options_take_the_mask_token_from_the_model_config():
+    opts = parse_options({"method": "space", "num_speculative_tokens": 5},
+                         max_k=128, hf_config=SimpleNamespace(mask_token_id=7, vocab_size=10))
+    assert (opts.mask_token_id, opts.num_speculative_tokens, opts.vllm_draft_tokens,
+            opts.fill) == (7, 5, 10, "ngram")
+
+
+@pytest.mark.parametrize("spec, config, words", [
+    ({"method": "space", "num_speculative_tokens": 5}, SimpleNamespace(vocab_size=10),
+     ["needs a SPACE checkpoint", "mask_token_id", "vllm-cllm train space"]),
+    ({"method": "space", "num_speculative_tokens": 65},
+     SimpleNamespace(mask_token_id=7, vocab_size=10), ["num_speculative_tokens", "[1, 64]"]),
+    ({"method": "space", "num_speculative_tokens": 5, "mask_token_id": 10},
+     SimpleNamespace(vocab_size=10), ["mask_token_id", "[0, 9]"]),
+    ({"method": "space", "num_speculative_tokens": 5, "fill": "random"},
+     SimpleNamespace(mask_token_id=7, vocab_size=10), ["fill", "ngram, masks, hybrid, tail"]),
+    ({"method": "space", "num_speculative_tokens": 5, "seed": 1},
+     SimpleNamespace(mask_token_id=7, vocab_size=10), ["'seed'", "mask_token_id"]),
+    ({"method": "jacobi", "num_speculative_tokens": 5, "mask_token_id": 1},
+     None, ["'mask_token_id'", "for method 'jacobi'"]),
+])
+def test_bad_space_input_is_refused_with_a_clear_message(spec, config, words):
+    with pytest.raises(ConfigError) as err:
+        parse_options(spec, max_k=128, hf_config=config)
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_model_without_mask_token_is_refused_before_an_engine_starts(tiny_path):
+    from vllm.engine.arg_utils import EngineArgs
+
+    args = EngineArgs(model=tiny_path, dtype="float32", max_model_len=512, enforce_eager=True,
+                      speculative_config={"method": "space", "num_speculative_tokens": 5})
+    with pytest.raises(ConfigError, match="needs a SPACE checkpoint"):
+        args.create_engine_config()
+
+
+def test_space_checkpoint_selects_the_proposer_with_2k_slots():
+    from vllm.engine.arg_utils import EngineArgs
+
+    from vllm_cllm.models import model_path
+
+    config = EngineArgs(model=str(model_path("tiny-random-space")), dtype="float32",
+                        max_model_len=512, enforce_eager=True,
+                        speculative_config={"method": "space", "num_speculative_tokens": 5}
+                        ).create_engine_config()
+    assert config.speculative_config.model == "vllm_cllm.space.SpaceProposer"
+    assert config.speculative_config.num_speculative_tokens == 10
+    stored = config.additional_config["vllm_cllm"]
+    assert stored["num_speculative_tokens"] == 5
+    assert stored["mask_token_id"] == config.model_config.hf_config.mask_token_id
+
+
+# --- mask token ------------------------------------------------------------------------------
+
+def test_add_mask_token_grows_vocab_by_one_and_is_idempotent(tiny_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_path)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_path)
+    rows = model.get_input_embeddings().weight.shape[0]
+    mask_id = add_mask_token(model, tokenizer)
+    assert mask_id == rows and tokenizer.mask_token == MASK_TOKEN
+    assert model.get_input_embeddings().weight.shape[0] == rows + 1 == len(tokenizer)
+    assert model.config.mask_token_id == mask_id
+    assert tokenizer.encode(MASK_TOKEN, add_special_tokens=False) == [mask_id]
+    assert add_mask_token(model, tokenizer) == mask_id
+    assert model.get_input_embeddings().weight.shape[0] == rows + 1
+
+
+# --- SAR data --------------------------------------------------------------------------------
+
+def test_sar_example_layout_and_labels():
+    prompt, answer = [1, 2, 3], [10, 11, 12, 13, 14, 15, 16]
+    ex = build_sar_example(prompt, answer, MASK, k=3, groups=2, rng=np.random.default_rng(0))
+    clean = prompt + answer
+    length = len(clean)
+    assert ex.input_ids[:length].tolist() == clean
+    assert ex.input_ids[length:].tolist() == [MASK] * 6
+    assert ex.ar_labels[len(prompt):length].tolist() == answer
+    assert (ex.ar_labels[:len(prompt)] == -100).all() and (ex.ar_labels[length:] == -100).all()
+    for g in range(2):
+        rows = range(length + 3 * g, length + 3 * g + 3)
+        s = int(ex.position_ids[rows[0]]) - 1  # last real token the group sees
+        assert len(prompt) - 1 <= s <= length - 3
+        for j, row in enumerate(rows):
+            assert int(ex.position_ids[row]) == s + 1 + j
+            seen = ex.attention[row].nonzero().flatten().tolist()
+            assert seen == list(range(s + 1)) + list(range(rows[0], row + 1))
+            if s + 2 + j < length:
+                assert row in ex.mask_index.tolist()
+                at = ex.mask_index.tolist().index(row)
+                assert int(ex.mask_target[at]) == clean[s + 2 + j]  # j places after the bonus
+    assert ex.attention[:length, :length].equal(torch.ones(length, length).tril().bool())
+
+
+def test_packed_mask_groups_equal_the_inference_layout(tiny_path):
+    """Logits at a packed mask group equal a plain causal forward of prefix + masks (the view
+    the proposer gives the model in vLLM when every candidate was accepted)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32).eval()
+    mask_id = 5
+    prompt, answer = [1, 2, 3, 4], list(range(20, 40))
+    ex = build_sar_example(prompt, answer, mask_id, k=4, groups=3,
+                           rng=np.random.default_rng(1))
+    batch = collate_sar([ex])
+    with torch.no_grad():
+        packed = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
+                       attention_mask=batch["attention_mask"]).logits[0]
+        length = len(prompt) + len(answer)
+        for g in range(3):
+            start = length + 4 * g
+            s = int(ex.position_ids[start]) - 1
+            alone = torch.tensor([(prompt + answer)[:s + 1] + [mask_id] * 4])
+            plain = model(input_ids=alone).logits[0, s + 1:]
+            torch.testing.assert_close(packed[start:start + 4], plain, atol=1e-4, rtol=1e-4)
+
+
+def test_sar_loss_parts_and_short_answers(tiny_path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32)
+    data = SarDataset([([1, 2], list(range(30, 50))), ([1], [7, 8])], mask_id=5, k=3, groups=4)
+    assert len(data) == 1  # an answer too short for any split point is left out
+    loss, parts = sar_loss(model, collate_sar([data[0]]), mask_weight=1.0)
+    assert loss.requires_grad
+    assert abs(float(loss.detach()) - parts["ar"] - parts["mask"]) < 1e-3
+    assert 0.0 <= parts["mask_accuracy"] <= 1.0
+
+
+# --- proposer rules --------------------------------------------------------------------------
+
+def test_all_candidates_accepted_drafts_from_the_mask_slots():
+    # last step: t0, c1, c2, M1, M2, M3 -> predictions after each; both candidates accepted
+    row = np.array([50, 51, 52, 60, 61, 62])
+    out = next_candidates(row, num_sampled=3, last_candidates=2, k=3,
+                          context=np.arange(10), fill=NoFill())
+    assert out.tolist() == [60, 61, 62]
+
+
+def test_rejection_falls_back_to_the_jacobi_tail_then_the_fill():
+    row = np.array([50, 51, 52, 53, 60, 61, 62])  # 3 candidates, 3 masks; 1 accepted
+    context = np.array([52, 53, 7, 5, 6])
+    out = next_candidates(row, num_sampled=2, last_candidates=3, k=3, context=context,
+                          fill=NgramFill(2, 3, 100))
+    # the tail behind the rejected candidate (no mask rows), then the n-gram continuation
+    assert out.tolist() == [52, 53, 7]
+    tail_only = next_candidates(row, 2, 3, 3, context, NoFill())
+    assert tail_only.tolist() == [52, 53]
+
+
+def test_first_step_uses_the_fill_or_masks_only():
+    context = np.array([1, 2, 3, 1, 2])
+    assert next_candidates(np.array([9]), 1, None, 4, context,
+                           NgramFill(2, 2, 100)).tolist() == [3, 1, 2]
+    assert next_candidates(np.array([9]), 1, None, 4, context, NoFill()).tolist() == []
+    # placeholder drafts we did not make are not read as candidates or masks
+    assert next_candidates(np.array([9, 9, 9]), 1, None, 4, context, NoFill()).tolist() == []
+
+
+def _proposer(k: int = 3, max_model_len: int = 100) -> SpaceProposer:
+    stored = {"method": "space", "num_speculative_tokens": k, "fill": "masks", "ngram_min": 2,
+              "ngram_max": 4, "seed": 0, "mask_token_id": MASK}
+    config = SimpleNamespace(
+        additional_config={"vllm_cllm": stored},
+        speculative_config=SimpleNamespace(num_speculative_tokens=2 * k),
+        model_config=SimpleNamespace(max_model_len=max_model_len,
+                                     hf_config=SimpleNamespace(mask_token_id=MASK)))
+    return SpaceProposer(config)
+
+
+def test_proposer_appends_k_masks_and_tracks_candidates():
+    proposer = _proposer(k=3)
+    tokens = np.zeros((1, 100), dtype=np.int64)
+    proposer.predictions = VerifyPredictions(["r"], np.array([40]), np.array([0, 1]))
+    assert proposer.propose([[40]], np.array([10]), tokens) == [[MASK] * 3]  # masks only
+    assert proposer.request_state["r"].last_candidates == 0
+    # next step: nothing to accept, M1 at the bonus position -> mask predictions
+    proposer.predictions = VerifyPredictions(["r"], np.array([41, 42, 43, 44]),
+                                             np.array([0, 4]))
+    assert proposer.propose([[41]], np.array([11]), tokens) == [[42, 43, 44] + [MASK] * 3]
+    assert proposer.request_state["r"].last_candidates == 3
+    proposer.retain_requests(set())
+    assert proposer.tracked_requests() == set()
+
+
+def test_proposer_truncates_masks_first_near_max_model_len():
+    proposer = _proposer(k=3, max_model_len=16)
+    tokens = np.zeros((1, 16), dtype=np.int64)
+    proposer.predictions = VerifyPredictions(["r"], np.array([41, 42, 43, 44]),
+                                             np.array([0, 4]))
+    proposer.request_state["r"] = SpaceRequest(0, HybridState())
+    assert proposer.propose([[41]], np.array([12]), tokens) == [[42, 43, 44, MASK]]
+
+
+def test_mask_logit_is_never_the_argmax():
+    proposer = _proposer()
+    logits = torch.zeros((2, 128))
+    logits[:, MASK] = 100.0
+    proposer.observe_verification(logits, None, ["a", "b"])
+    assert torch.isneginf(logits[:, MASK]).all()
+    assert MASK not in proposer.predictions.flat.tolist()
+
+
+def test_hybrid_prefers_ngrams_for_a_request_whose_mask_guesses_keep_missing():
+    proposer = _proposer(k=3)
+    proposer.hybrid = proposer.fill = NgramFill(2, 2, 100)
+    tokens = np.zeros((1, 100), dtype=np.int64)
+    tokens[0, :6] = [1, 2, 3, 4, 1, 2]  # n-gram lookup alone continues "1 2" with "3 4 1"
+    proposer.request_state["r"] = SpaceRequest(0, HybridState(jacobi_score=0.1,
+                                                              ngram_score=1.5))
+    proposer.predictions = VerifyPredictions(["r"], np.array([2, 42, 43, 44]),
+                                             np.array([0, 4]))
+    assert proposer.propose([[2]], np.array([6]), tokens) == [[3, 4, 1] + [MASK] * 3]
+
+
+# --- the paper-layout reference --------------------------------------------------------------
+
+def test_paper_layout_rows_see_what_the_paper_says(tiny_path):
+    """Candidate c_i = plain forward of prefix + c_0..c_i; group G_i = prefix + c_<i + masks."""
+    from transformers import AutoModelForCausalLM
+
+    from vllm_cllm.space_reference import block_layout
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32).eval()
+    prefix, cands, k, mask_id = list(range(300, 320)), [7, 8, 9], 3, 5
+    ids, positions, visible, group_start = block_layout(0, len(prefix), cands, mask_id, k)
+    additive = torch.zeros(visible.shape).masked_fill_(~visible, torch.finfo(torch.float32).min)
+    with torch.no_grad():
+        packed = model(input_ids=torch.tensor([prefix + ids]),
+                       position_ids=torch.tensor([positions]),
+                       attention_mask=additive[None, None]).logits[0]
+        for i in range(k + 1):
+            if i < k:
+                row = len(prefix) + (i + 1) * (k + 1) - 1
+                plain = model(input_ids=torch.tensor([prefix + cands[:i + 1]])).logits[0, -1]
+                torch.testing.assert_close(packed[row], plain, atol=1e-4, rtol=1e-4)
+            start = group_start[i]
+            plain = model(input_ids=torch.tensor([prefix + cands[:i] + [mask_id] * k])
+                          ).logits[0, -k:]
+            torch.testing.assert_close(packed[start:start + k], plain, atol=1e-4, rtol=1e-4)
+
+
+def test_paper_layout_decoding_equals_greedy(tiny_path):
+    from transformers import AutoModelForCausalLM
+
+    from vllm_cllm.space_reference import space_generate
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32).eval()
+    prompt, greedy = [1, 2, 3, 4, 5, 6], []
+    with torch.no_grad():  # plain greedy decoding, one full forward per token
+        for _ in range(24):
+            logits = model(input_ids=torch.tensor([prompt + greedy])).logits[0, -1]
+            greedy.append(int(logits.argmax()))
+    # the mask id here is an ordinary token the random model may also predict: the reference
+    # never emits it, so pick one the greedy output does not contain
+    mask_id = next(t for t in range(10, 100) if t not in greedy)
+    assert space_generate(model, prompt, mask_id, 3, 24).tokens == greedy

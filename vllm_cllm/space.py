@@ -1,0 +1,136 @@
+"""The ``space`` proposer: a SPACE checkpoint verifies and drafts in one forward pass.
+
+Each step the draft is ``[c_1..c_m] + [MASK]×k`` (m ≤ k candidates). vLLM verifies it with
+plain causal attention, so candidates never see the masks and verification is exactly the
+model's; the masks are never accepted (the mask logit is set to −inf before sampling, so
+MASK is never emitted) and their KV is overwritten by the next step.
+
+Next candidates, from the shared capture (row ``j`` = the target's prediction after the
+j-th scheduled token, ``t0`` being 0):
+
+* all ``m`` candidates accepted: ``M_1`` sits at the bonus token's position, so the
+  predictions at ``M_1..M_k`` are SPACE's guesses for the k tokens after the bonus —
+  exactly the semi-autoregressive training target (:mod:`vllm_cllm.training.space`);
+* otherwise (``a < m``): the masks saw a rejected candidate. ``fill`` decides: ``ngram``
+  (default, measured best) an n-gram continuation from the request's own tokens, else no
+  candidates; ``masks`` no candidates — a masks-only draft is always fully accepted, so the
+  next step has mask candidates again; ``tail`` the Jacobi tail (predictions behind
+  ``c_{a+1}..c_m``) completed by n-grams;
+* no draft last step (first decode step after prefill): as after a rejection.
+
+With ``fill: hybrid`` the model's candidates (``masks`` rule) compete, per request, with an
+n-gram lookup alone, scored on how well each matched the committed tokens (as ``jacobi``'s
+hybrid fill).
+
+vLLM's acceptance *rate* counters count the k mask slots as drafts; acceptance *length*
+(1 + accepted / drafts) is unaffected and is the tokens per verify step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vllm_cllm.capture import VerifyObserver
+from vllm_cllm.fill import Fill, NgramFill, NoFill
+from vllm_cllm.jacobi import HybridState, next_draft
+from vllm_cllm.options import ProposerOptions, options_from_vllm_config
+
+_EMPTY = np.empty(0, dtype=np.int64)
+
+
+def next_candidates(row: np.ndarray, num_sampled: int, last_candidates: int | None, k: int,
+                    context: np.ndarray, fill: Fill, use_tail: bool = True) -> np.ndarray:
+    """The next step's k candidates from last step's predictions (see the module docstring).
+
+    ``row``: predictions after each scheduled token (length = drafts + 1); ``num_sampled``:
+    tokens vLLM committed (accepted + 1); ``last_candidates``: candidates among last step's
+    drafts (None: not drafted by us, e.g. vLLM's placeholder drafts). When the mask slots
+    cannot be used: the Jacobi tail (if ``use_tail``) completed by ``fill``; empty means a
+    masks-only draft, which is always fully accepted and so re-synchronises the masks.
+    """
+    drafts = len(row) - 1
+    if drafts == 0 or last_candidates is None:
+        return next_draft(_EMPTY, context, k, fill, NoFill())
+    m = min(last_candidates, drafts)
+    accepted = num_sampled - 1
+    if accepted >= m and drafts > m:  # every candidate accepted: read the mask slots
+        return row[m + 1:m + 1 + k].astype(np.int64)
+    tail = row[num_sampled:m + 1] if use_tail else _EMPTY
+    return next_draft(tail, context, k, fill, NoFill())
+
+
+@dataclass
+class SpaceRequest:
+    """Per-request state, dropped when the request leaves the batch: how many candidates
+    (before the masks) were drafted last step, and the ``hybrid`` fill's source scores."""
+
+    last_candidates: int
+    scores: HybridState
+
+
+class SpaceProposer(VerifyObserver):
+    """vLLM ``custom_class`` proposer for SPACE checkpoints (``Class(vllm_config)`` per worker)."""
+
+    def __init__(self, vllm_config: Any) -> None:
+        super().__init__()
+        from vllm_cllm.plugin import apply_worker_patches
+
+        apply_worker_patches()
+        self.options: ProposerOptions = options_from_vllm_config(vllm_config)
+        if self.options.mask_token_id is None:  # class path given directly: read the model
+            self.options = ProposerOptions(**{
+                **self.options.to_dict(), "method": "space",
+                "mask_token_id": vllm_config.model_config.hf_config.mask_token_id})
+        self.k = self.options.num_speculative_tokens
+        self.mask_id = int(self.options.mask_token_id)
+        self.max_model_len = vllm_config.model_config.max_model_len
+        # when the mask slots cannot be used (see next_candidates): masks only (masks, hybrid),
+        # n-grams alone (ngram) or the Jacobi tail completed by n-grams (tail); hybrid also
+        # scores, per request, the model's candidates against n-grams alone
+        policy = self.options.fill
+        ngram = NgramFill(self.options.ngram_min, self.options.ngram_max, self.max_model_len)
+        self.use_tail = policy == "tail"
+        self.fill: Fill = ngram if policy in ("ngram", "tail") else NoFill()
+        self.hybrid: Fill | None = ngram if policy == "hybrid" else None
+
+    def observe_verification(self, logits: Any, spec_decode_metadata: Any,
+                             req_ids: list[str]) -> None:
+        """Never emit MASK: its logit is −inf at every verified position, then capture."""
+        if logits.shape[-1] > self.mask_id:
+            logits[:, self.mask_id] = float("-inf")
+        super().observe_verification(logits, spec_decode_metadata, req_ids)
+
+    def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray,
+                token_ids_cpu: np.ndarray, *args: Any, **kwargs: Any) -> list[list[int]]:
+        predictions = self.take_predictions()
+        drafts: list[list[int]] = []
+        for i, sampled in enumerate(sampled_token_ids):
+            num_tokens = int(num_tokens_no_spec[i])
+            room = self.draft_room(sampled, num_tokens, 2 * self.k, self.max_model_len)
+            req_id = predictions.req_ids[i] if predictions is not None else None
+            if room == 0:
+                drafts.append([])  # partial prefill, or nothing fits before max_model_len
+                continue
+            row = predictions.row(i) if predictions is not None else np.zeros(1, np.int64)
+            context = token_ids_cpu[i, :num_tokens]
+            state = self.request_state.get(req_id)
+            k = min(self.k, room)
+            candidates = next_candidates(row, len(sampled),
+                                         state.last_candidates if state else None, k,
+                                         context, self.fill, self.use_tail)
+            if self.hybrid is not None:
+                if state is not None:
+                    state.scores.update(sampled)
+                else:
+                    state = SpaceRequest(0, HybridState())
+                candidates = state.scores.choose(candidates,
+                                                 np.asarray(self.hybrid(context, k), np.int64))
+            masks = min(self.k, room - len(candidates))
+            if req_id is not None:
+                self.request_state[req_id] = SpaceRequest(
+                    len(candidates), state.scores if state else HybridState())
+            drafts.append(candidates.tolist() + [self.mask_id] * masks)
+        return drafts

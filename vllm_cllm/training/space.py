@@ -1,0 +1,221 @@
+"""SPACE semi-autoregressive SFT (SAR-SFT), in the layout the ``space`` proposer uses in vLLM.
+
+In vLLM a verify step schedules ``[t0, c_1..c_m, M_1..M_k]`` with plain causal attention.
+When every candidate is accepted, mask ``M_j`` sits at position ``p + j`` (``p`` = position of
+``c_m``), sees the real tokens up to ``c_m`` and ``M_1..M_{j-1}``, and must predict the token
+``j`` places after the bonus token (the bonus is what ``c_m``'s own logits predict). That is
+SPACE's training target ("the k tokens after the next one").
+
+Training rows pack that view efficiently, as SPACE's ``mask_efficient_train``: the clean
+sequence (prompt + the model's own greedy answer, causal attention, AR loss) followed by G
+mask groups; group g, for a split point ``s_g`` in the answer, has k masks at positions
+``s_g + 1 .. s_g + k`` that see the clean tokens ``0..s_g`` and earlier masks of their group
+only, with labels ``y[s_g + 2 .. s_g + k + 1]``. One forward trains G split points.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from vllm_cllm.training.batching import pad_packed_rows
+from vllm_cllm.training.losses import ar_loss
+
+MASK_TOKEN = "<|mask|>"
+#: Written next to a SPACE adapter: the merge adds the mask token before loading it.
+MASK_TOKEN_FILE = "mask_token.json"
+
+
+def add_mask_token(model: Any, tokenizer: Any, token: str = MASK_TOKEN) -> int:
+    """Add ``token`` to the tokenizer (as its mask token) and the embeddings; returns its id.
+
+    The embedding matrix grows to exactly the tokenizer's size (no padding rows that the
+    model could ever predict); the new row starts at the mean embedding (transformers'
+    default). ``config.mask_token_id`` records the id, where the ``space`` proposer (and vLLM's
+    own parallel drafting) looks for it.
+    """
+    if token not in tokenizer.get_vocab():
+        tokenizer.add_special_tokens({"mask_token": token})
+    else:
+        tokenizer.mask_token = token
+    mask_id = tokenizer.convert_tokens_to_ids(token)
+    if model.get_input_embeddings().weight.shape[0] <= mask_id:
+        model.resize_token_embeddings(len(tokenizer))
+    model.config.mask_token_id = mask_id
+    return mask_id
+
+
+@dataclass
+class SarExample:
+    """One packed row: clean sequence then mask groups (see the module docstring)."""
+
+    input_ids: torch.Tensor  # [n]
+    position_ids: torch.Tensor  # [n]
+    attention: torch.Tensor  # [n, n] bool, True = may attend
+    ar_labels: torch.Tensor  # [n], -100 except the answer tokens of the clean part
+    mask_index: torch.Tensor  # [m] row positions of mask slots with a label
+    mask_target: torch.Tensor  # [m] the token each of those slots must predict
+    mask_offset: torch.Tensor  # [m] j - 1 for slot M_j (per-position accuracy)
+
+
+def split_points(prompt_len: int, length: int, groups: int, rng: np.random.Generator
+                 ) -> np.ndarray:
+    """Distinct indices s of the last real token: in the answer, with a bonus token after it."""
+    candidates = np.arange(prompt_len - 1, length - 2)  # y[s + 2] must exist
+    if len(candidates) == 0:
+        return candidates
+    return np.sort(rng.choice(candidates, size=min(groups, len(candidates)), replace=False))
+
+
+def build_sar_example(prompt_ids: list[int], answer_ids: list[int], mask_id: int, k: int,
+                      groups: int, rng: np.random.Generator) -> SarExample:
+    """Pack prompt + answer with ``groups`` mask groups of ``k`` masks at random split points."""
+    clean = list(prompt_ids) + list(answer_ids)
+    length = len(clean)
+    splits = split_points(len(prompt_ids), length, groups, rng)
+    size = length + len(splits) * k
+    input_ids = torch.tensor(clean + [mask_id] * (len(splits) * k), dtype=torch.long)
+    positions = torch.empty(size, dtype=torch.long)
+    positions[:length] = torch.arange(length)
+    attention = torch.zeros((size, size), dtype=torch.bool)
+    attention[:length, :length] = torch.ones((length, length), dtype=torch.bool).tril()
+    ar_labels = torch.full((size,), -100, dtype=torch.long)
+    ar_labels[len(prompt_ids):length] = torch.tensor(answer_ids, dtype=torch.long)
+    index, target, offset = [], [], []
+    for g, s in enumerate(splits.tolist()):
+        start = length + g * k
+        for j in range(k):
+            row = start + j
+            positions[row] = s + 1 + j
+            attention[row, :s + 1] = True
+            attention[row, start:row + 1] = True
+            label = s + 2 + j
+            if label < length:
+                index.append(row)
+                target.append(clean[label])
+                offset.append(j)
+    return SarExample(input_ids, positions, attention, ar_labels,
+                      torch.tensor(index, dtype=torch.long), torch.tensor(target, dtype=torch.long),
+                      torch.tensor(offset, dtype=torch.long))
+
+
+class SarDataset(torch.utils.data.Dataset):
+    """One packed row per (prompt, answer); split points are drawn afresh, seeded per item."""
+
+    def __init__(self, items: list[tuple[list[int], list[int]]], mask_id: int, k: int,
+                 groups: int, seed: int = 0) -> None:
+        self.items = [(p, a) for p, a in items if len(a) >= 3]
+        self.mask_id, self.k, self.groups, self.seed = mask_id, k, groups, seed
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, idx: int) -> SarExample:
+        rng = np.random.default_rng([self.seed, idx, self.epoch])
+        prompt, answer = self.items[idx]
+        return build_sar_example(prompt, answer, self.mask_id, self.k, self.groups, rng)
+
+
+def collate_sar(examples: list[SarExample], pad_id: int = 0) -> dict[str, torch.Tensor]:
+    """Pad rows to the longest; mask indices become flat indices into [B*L]."""
+    batch, width = pad_packed_rows([(e.input_ids, e.position_ids, e.ar_labels, e.attention)
+                                    for e in examples], pad_id)
+    return {**batch,
+            "mask_index": torch.cat([e.mask_index + b * width for b, e in enumerate(examples)]),
+            "mask_target": torch.cat([e.mask_target for e in examples]),
+            "mask_offset": torch.cat([e.mask_offset for e in examples])}
+
+
+def sar_loss(model: Any, batch: dict[str, torch.Tensor], mask_weight: float
+             ) -> tuple[torch.Tensor, dict[str, float]]:
+    """AR loss on the clean answer + ``mask_weight`` × cross-entropy at the mask slots.
+
+    Also returns the parts, and ``mask_accuracy`` (top-1 at the first mask slot): how often
+    the first candidate SPACE drafts after a fully accepted step is right.
+    """
+    logits = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
+                   attention_mask=batch["attention_mask"]).logits
+    ar = ar_loss(logits, batch["labels"])
+    at_masks = logits.reshape(-1, logits.shape[-1])[batch["mask_index"]].float()
+    mask = F.cross_entropy(at_masks, batch["mask_target"]) if len(at_masks) else ar * 0
+    with torch.no_grad():
+        first = batch["mask_offset"] == 0
+        hits = (at_masks.argmax(-1) == batch["mask_target"]) & first
+        accuracy = hits.sum() / first.sum().clamp_min(1)
+    return ar + mask_weight * mask, {"ar": float(ar.detach()), "mask": float(mask.detach()),
+                                     "mask_accuracy": float(accuracy)}
+
+
+@dataclass
+class SpaceConfig:
+    k: int = 5  # masks per group = candidates the proposer drafts
+    groups: int = 16  # split points (mask groups) per answer and forward
+    mask_weight: float = 1.0
+    learning_rate: float = 2e-4
+    epochs: float = 1.0
+    batch_size: int = 1
+    grad_accum: int = 4
+    lora_rank: int = 32  # 0: full fine-tune (the whole embedding then trains too)
+    lora_alpha: int = 32
+    max_steps: int = -1
+    logging_steps: int = 10
+    save_steps: int = 50
+    keep_checkpoints: int = 2
+    seed: int = 0
+
+
+def write_mask_token_file(folder: Path, token: str, mask_id: int, k: int) -> None:
+    (folder / MASK_TOKEN_FILE).write_text(json.dumps(
+        {"mask_token": token, "mask_token_id": mask_id, "k": k}, indent=1))
+
+
+def train_space(base_model: str, items: list[tuple[list[int], list[int]]], out_dir: str | Path,
+                config: SpaceConfig, *, resume: bool = True) -> Path:
+    """SAR-SFT of ``base_model`` on (prompt_ids, answer_ids); saves a vLLM-loadable checkpoint.
+
+    With LoRA, only the adapter and the mask token's embedding row train (peft's
+    ``trainable_token_indices``); ``out_dir/adapter`` is the small artifact, merged on save.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from vllm_cllm.training.trainer import logging_trainer_class, training_arguments
+
+    torch.manual_seed(config.seed)
+    out = Path(out_dir)
+    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32)
+    mask_id = add_mask_token(model, tokenizer)
+    if config.lora_rank:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(
+            r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                            "down_proj"], trainable_token_indices=[mask_id],
+            task_type="CAUSAL_LM"))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    trainer_cls = logging_trainer_class(lambda m, batch: sar_loss(m, batch, config.mask_weight))
+    trainer = trainer_cls(model=model, args=training_arguments(out, config),
+                          train_dataset=SarDataset(items, mask_id, config.k, config.groups,
+                                                   config.seed),
+                          data_collator=lambda rows: collate_sar(rows, pad_id))
+    checkpoints = sorted((out / "trainer").glob("checkpoint-*"),
+                         key=lambda p: int(p.name.split("-")[-1])) if resume else []
+    trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
+    if config.lora_rank:
+        # the mask row is saved as peft's trainable-token values, not the whole embedding
+        model.save_pretrained(out / "adapter", save_embedding_layers=False)
+        write_mask_token_file(out / "adapter", MASK_TOKEN, mask_id, config.k)
+        model = model.merge_and_unload()
+    model.config.mask_token_id = mask_id
+    model.save_pretrained(out / "model")
+    tokenizer.save_pretrained(out / "model")
+    (out / "log_history.json").write_text(json.dumps(trainer.state.log_history))
+    return out / "model"

@@ -1,0 +1,60 @@
+"""Hugging Face Trainer pieces both recipes (CLLM, SPACE) share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def logging_trainer_class(loss_fn: Callable[[Any, dict[str, torch.Tensor]],
+                                             tuple[torch.Tensor, dict[str, float]]]):
+    """A ``transformers.Trainer`` whose loss is ``loss_fn(model, batch) -> (loss, parts)``.
+
+    The parts (e.g. consistency and AR losses) are averaged over the steps of each log line
+    and logged next to the loss, as ``loss_<name>`` (names ending in ``accuracy`` as they are).
+    """
+    from transformers import Trainer
+
+    class LoggingPartsTrainer(Trainer):
+        # Our loss is a per-batch mean: the Trainer must divide it by the accumulation steps
+        # (left unset, it assumes a model loss normalised by num_items_in_batch and does not).
+        loss_is_scaled_for_ga = False
+
+        def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
+            loss, parts = loss_fn(model, inputs)
+            if model.training:
+                for key, value in parts.items():
+                    self.logged_parts.setdefault(key, []).append(value)
+            return (loss, None) if return_outputs else loss
+
+        @property
+        def logged_parts(self) -> dict[str, list[float]]:
+            """Loss parts of the training steps since the last log line."""
+            return self.__dict__.setdefault("_logged_parts", {})
+
+        def log(self, logs, *args, **kwargs):
+            if "loss" in logs:
+                for key, values in self.logged_parts.items():
+                    name = key if key.endswith("accuracy") else f"loss_{key}"
+                    logs[name] = sum(values) / len(values)
+                self.logged_parts.clear()
+            super().log(logs, *args, **kwargs)
+
+    return LoggingPartsTrainer
+
+
+def training_arguments(out: Path, config: Any):
+    """The Trainer settings both recipes share (cosine schedule, checkpoints under out/trainer)."""
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
+        output_dir=str(out / "trainer"), per_device_train_batch_size=config.batch_size,
+        gradient_accumulation_steps=config.grad_accum, learning_rate=config.learning_rate,
+        num_train_epochs=config.epochs, max_steps=config.max_steps, lr_scheduler_type="cosine",
+        warmup_steps=0.03, logging_steps=config.logging_steps, save_steps=config.save_steps,
+        save_total_limit=config.keep_checkpoints or None, report_to=[], seed=config.seed,
+        remove_unused_columns=False,
+        dataloader_num_workers=0, use_cpu=not torch.cuda.is_available())
