@@ -58,7 +58,6 @@ def reference_rows(space_dir: str, prompt_ids: list[list[int]], k: int, max_toke
 
     from vllm_cllm.space_reference import space_generate
 
-    torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(space_dir, dtype=torch.float32).eval()
     mask_id = model.config.mask_token_id
     eos = model.generation_config.eos_token_id

@@ -82,3 +82,29 @@ def plain_and_speculative_runs(model: str, spec: dict[str, Any], prompts: list[s
         return out
 
     return {"plain": with_engine(model, None, run), "spec": with_engine(model, spec, run)}
+
+
+def check_aborts_leave_no_state(llm: Any, prompts: list[str], prefix: str) -> None:
+    """Four requests run a few steps, two are aborted, then the rest: the proposer holds
+    state for exactly the live ones at every point, and nothing at the end."""
+    from vllm import SamplingParams
+
+    from vllm_cllm.runtime import drafter_of
+
+    engine = llm.llm_engine
+    drafter = drafter_of(llm)
+    ids = [f"{prefix}-{i}" for i in range(4)]
+    for rid, prompt in zip(ids, prompts, strict=False):
+        engine.add_request(rid, prompt, SamplingParams(temperature=0.0, max_tokens=200))
+    for _ in range(6):
+        engine.step()
+    assert len(drafter.tracked_requests()) == len(ids)  # per-request state while running
+    engine.abort_request(ids[:2])
+    for _ in range(2):
+        engine.step()
+    assert len(drafter.tracked_requests()) == 2  # the two aborted ones are gone at once
+    engine.abort_request(ids[2:])
+    for _ in range(3):
+        engine.step()
+    assert not engine.has_unfinished_requests()
+    assert drafter.tracked_requests() == set()

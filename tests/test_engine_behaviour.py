@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import module_engine
+from conftest import check_aborts_leave_no_state, module_engine
 from vllm_cllm.lossless import generate_tokens
-from vllm_cllm.runtime import drafter_of, spec_metrics, with_engine
+from vllm_cllm.runtime import spec_metrics, with_engine
 
 pytestmark = pytest.mark.engine
 
@@ -65,25 +65,7 @@ def test_greedy_equals_plain_engine(llm, reference):
 
 
 def test_aborted_requests_leave_no_state(llm):
-    from vllm import SamplingParams
-
-    engine = llm.llm_engine
-    drafter = drafter_of(llm)
-    ids = [f"abort-{i}" for i in range(4)]
-    for rid, prompt in zip(ids, PROMPTS, strict=False):
-        engine.add_request(rid, prompt, SamplingParams(temperature=0.0, max_tokens=200))
-    for _ in range(6):
-        engine.step()
-    assert len(drafter.tracked_requests()) == len(ids)  # hybrid fill keeps per-request scores
-    engine.abort_request(ids[:2])
-    for _ in range(2):
-        engine.step()
-    assert len(drafter.tracked_requests()) == 2  # the two aborted ones are gone at once
-    engine.abort_request(ids[2:])
-    for _ in range(3):
-        engine.step()
-    assert not engine.has_unfinished_requests()
-    assert drafter.tracked_requests() == set()
+    check_aborts_leave_no_state(llm, PROMPTS, "abort")
 
 
 def test_vllm_metrics_count_drafts(llm):

@@ -220,7 +220,7 @@ def test_proposer_truncates_masks_first_near_max_model_len():
     tokens = np.zeros((1, 16), dtype=np.int64)
     proposer.predictions = VerifyPredictions(["r"], np.array([41, 42, 43, 44]),
                                              np.array([0, 4]))
-    proposer.request_state["r"] = SpaceRequest(0, HybridState())
+    proposer.request_state["r"] = SpaceRequest(0, None)  # no scores without fill=hybrid
     assert proposer.propose([[41]], np.array([12]), tokens) == [[42, 43, 44, MASK]]
 
 
@@ -287,3 +287,19 @@ def test_paper_layout_decoding_equals_greedy(tiny_path):
     # never emits it, so pick one the greedy output does not contain
     mask_id = next(t for t in range(10, 100) if t not in greedy)
     assert space_generate(model, prompt, mask_id, 3, 24).tokens == greedy
+
+
+def test_class_path_alone_gets_space_defaults_from_vllm_slots_and_the_model():
+    from vllm_cllm.options import options_from_vllm_config
+
+    def config(hf):
+        return SimpleNamespace(additional_config=None,
+                               speculative_config=SimpleNamespace(num_speculative_tokens=10),
+                               model_config=SimpleNamespace(hf_config=hf))
+
+    opts = options_from_vllm_config(config(SimpleNamespace(mask_token_id=7, vocab_size=10)),
+                                    "space")
+    assert (opts.num_speculative_tokens, opts.vllm_draft_tokens, opts.mask_token_id,
+            opts.fill) == (5, 10, 7, "ngram")
+    with pytest.raises(ConfigError, match="needs a SPACE checkpoint"):
+        options_from_vllm_config(config(SimpleNamespace(vocab_size=10)), "space")

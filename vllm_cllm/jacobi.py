@@ -89,7 +89,7 @@ class JacobiProposer(VerifyObserver):
         from vllm_cllm.plugin import apply_worker_patches
 
         apply_worker_patches()
-        self.options: ProposerOptions = options_from_vllm_config(vllm_config)
+        self.options: ProposerOptions = options_from_vllm_config(vllm_config, "jacobi")
         self.k = self.options.num_speculative_tokens
         self.max_model_len = vllm_config.model_config.max_model_len
         self.restart = RandomContextFill(self.options.seed)

@@ -7,7 +7,7 @@ validated here, removed from the speculative config and carried to the workers t
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from vllm_cllm.errors import ConfigError
@@ -68,10 +68,6 @@ class ProposerOptions:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-OPTION_NAMES = tuple(f.name for f in fields(ProposerOptions) if f.name not in
-                     ("method", "num_speculative_tokens"))
 
 
 def _int_in(name: str, value: Any, low: int, high: int) -> int:
@@ -141,11 +137,15 @@ def _mask_token_id(spec: dict[str, Any], hf_config: Any) -> int:
     return mask_id
 
 
-def options_from_vllm_config(vllm_config: Any) -> ProposerOptions:
-    """Options as the worker sees them; defaults when the class path was given directly."""
+def options_from_vllm_config(vllm_config: Any, method: str) -> ProposerOptions:
+    """Options as the worker sees them. When the class path was given directly (no options
+    stored by our front end), the method's defaults for vLLM's draft slots, validated as
+    above (``space``: half the slots are candidates; the mask token from the model)."""
     extra = getattr(vllm_config, "additional_config", None) or {}
     stored = extra.get(ADDITIONAL_CONFIG_KEY) if isinstance(extra, dict) else None
-    if not stored:
-        return ProposerOptions(
-            num_speculative_tokens=vllm_config.speculative_config.num_speculative_tokens)
-    return ProposerOptions(**stored)
+    if stored:
+        return ProposerOptions(**stored)
+    slots = vllm_config.speculative_config.num_speculative_tokens
+    k = slots // 2 if method == "space" else slots
+    return parse_options({"method": method, "num_speculative_tokens": k}, slots,
+                         getattr(vllm_config.model_config, "hf_config", None))

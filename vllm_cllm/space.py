@@ -68,7 +68,7 @@ class SpaceRequest:
     (before the masks) were drafted last step, and the ``hybrid`` fill's source scores."""
 
     last_candidates: int
-    scores: HybridState
+    scores: HybridState | None  # only with fill=hybrid
 
 
 class SpaceProposer(VerifyObserver):
@@ -79,11 +79,7 @@ class SpaceProposer(VerifyObserver):
         from vllm_cllm.plugin import apply_worker_patches
 
         apply_worker_patches()
-        self.options: ProposerOptions = options_from_vllm_config(vllm_config)
-        if self.options.mask_token_id is None:  # class path given directly: read the model
-            self.options = ProposerOptions(**{
-                **self.options.to_dict(), "method": "space",
-                "mask_token_id": vllm_config.model_config.hf_config.mask_token_id})
+        self.options: ProposerOptions = options_from_vllm_config(vllm_config, "space")
         self.k = self.options.num_speculative_tokens
         self.mask_id = int(self.options.mask_token_id)
         self.max_model_len = vllm_config.model_config.max_model_len
@@ -121,16 +117,16 @@ class SpaceProposer(VerifyObserver):
             candidates = next_candidates(row, len(sampled),
                                          state.last_candidates if state else None, k,
                                          context, self.fill, self.use_tail)
-            if self.hybrid is not None:
-                if state is not None:
-                    state.scores.update(sampled)
-                else:
-                    state = SpaceRequest(0, HybridState())
+            if state is None:
+                state = SpaceRequest(0, HybridState() if self.hybrid is not None else None)
+            elif state.scores is not None:
+                state.scores.update(sampled)
+            if state.scores is not None:
                 candidates = state.scores.choose(candidates,
                                                  np.asarray(self.hybrid(context, k), np.int64))
-            masks = min(self.k, room - len(candidates))
+            state.last_candidates = len(candidates)
             if req_id is not None:
-                self.request_state[req_id] = SpaceRequest(
-                    len(candidates), state.scores if state else HybridState())
+                self.request_state[req_id] = state
+            masks = min(self.k, room - len(candidates))
             drafts.append(candidates.tolist() + [self.mask_id] * masks)
         return drafts

@@ -14,21 +14,28 @@ def _resolve_model(name: str) -> str:
     return str(model_path(name)) if name in BUILDERS else name
 
 
-def cmd_trajectories(args: argparse.Namespace) -> int:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _gsm_answers(model: str, num_prompts: int, seed: int, max_new_tokens: int, cache: Path,
+                 ray_workers: int = 0) -> list[tuple[list[int], list[int]]]:
+    """(prompt_ids, greedy answer_ids) for gsm_symbolic chat prompts of ``seed``, cached."""
+    from transformers import AutoTokenizer
 
     from vllm_cllm.training.answers import generate_answers
     from vllm_cllm.training.gsm import chat_prompt, gsm_problems
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    prompts = [chat_prompt(tokenizer, p["question"]) for p in gsm_problems(num_prompts, seed)]
+    return generate_answers(model, prompts, max_new_tokens, cache, ray_workers=ray_workers)
+
+
+def cmd_trajectories(args: argparse.Namespace) -> int:
+    from transformers import AutoModelForCausalLM
+
     from vllm_cllm.training.trajectories import write_trajectories
 
     model = _resolve_model(args.model)
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    prompts = [chat_prompt(tokenizer, p["question"])
-               for p in gsm_problems(args.num_prompts, args.seed)]
     out = Path(args.out)
-    items = generate_answers(model, prompts, args.max_new_tokens,
-                             out.with_name(out.stem + ".answers.jsonl"),
-                             ray_workers=args.ray_workers)
+    items = _gsm_answers(model, args.num_prompts, args.seed, args.max_new_tokens,
+                         out.with_name(out.stem + ".answers.jsonl"), args.ray_workers)
     hf_model = None
     if args.mode == "jacobi":
         import torch
@@ -56,10 +63,6 @@ def cmd_cllm(args: argparse.Namespace) -> int:
 
 
 def cmd_space(args: argparse.Namespace) -> int:
-    from transformers import AutoTokenizer
-
-    from vllm_cllm.training.answers import generate_answers
-    from vllm_cllm.training.gsm import chat_prompt, gsm_problems
     from vllm_cllm.training.space import SpaceConfig, train_space
 
     config = SpaceConfig(**{f.name: getattr(args, f.name) for f in fields(SpaceConfig)
@@ -67,11 +70,8 @@ def cmd_space(args: argparse.Namespace) -> int:
     model = _resolve_model(args.model)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    prompts = [chat_prompt(tokenizer, p["question"])
-               for p in gsm_problems(args.num_prompts, args.prompt_seed)]
     answers = Path(args.answers) if args.answers else out / "answers.jsonl"
-    items = generate_answers(model, prompts, args.max_new_tokens, answers)
+    items = _gsm_answers(model, args.num_prompts, args.prompt_seed, args.max_new_tokens, answers)
     (out / "train_config.json").write_text(json.dumps(
         {"base_model": args.model, "num_prompts": args.num_prompts, "prompt_seed": args.prompt_seed,
          "answers": str(answers), **asdict(config)}, indent=1))

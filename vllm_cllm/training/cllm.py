@@ -19,7 +19,12 @@ import torch
 from vllm_cllm.training.batching import pad_packed_rows
 from vllm_cllm.training.losses import ar_loss, consistency_loss
 from vllm_cllm.training.packing import PackedExample, group_by_prompt, pack_prompt
-from vllm_cllm.training.trainer import logging_trainer_class, training_arguments
+from vllm_cllm.training.trainer import (
+    logging_trainer_class,
+    train_and_save,
+    training_arguments,
+    with_lora,
+)
 from vllm_cllm.training.trajectories import TrajectoryRecord
 
 
@@ -112,24 +117,12 @@ def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | 
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32)
     if config.lora_rank:
-        from peft import LoraConfig, get_peft_model
-
-        model = get_peft_model(model, LoraConfig(
-            r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                            "down_proj"], task_type="CAUSAL_LM"))
+        model = with_lora(model, config.lora_rank, config.lora_alpha)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     trainer_cls = logging_trainer_class(lambda m, batch: cllm_loss(m, batch, config.ar_weight))
     trainer = trainer_cls(model=model, args=training_arguments(out, config),
                           train_dataset=TrajectoryDataset(records, config.consistency,
                                                         config.states_per_block, config.seed),
                           data_collator=lambda items: collate(items, pad_id))
-    checkpoints = sorted((out / "trainer").glob("checkpoint-*")) if resume else []
-    trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
-    if config.lora_rank:
-        model.save_pretrained(out / "adapter")
-        model = model.merge_and_unload()
-    model.save_pretrained(out / "model")
-    tokenizer.save_pretrained(out / "model")
-    (out / "log_history.json").write_text(__import__("json").dumps(trainer.state.log_history))
-    return out / "model"
+    return train_and_save(trainer, model, tokenizer, out, lora=bool(config.lora_rank),
+                          resume=resume)

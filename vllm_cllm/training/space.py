@@ -106,19 +106,18 @@ def build_sar_example(prompt_ids: list[int], answer_ids: list[int], mask_id: int
 
 
 class SarDataset(torch.utils.data.Dataset):
-    """One packed row per (prompt, answer); split points are drawn afresh, seeded per item."""
+    """One packed row per (prompt, answer); split points seeded per item (reproducible)."""
 
     def __init__(self, items: list[tuple[list[int], list[int]]], mask_id: int, k: int,
                  groups: int, seed: int = 0) -> None:
         self.items = [(p, a) for p, a in items if len(a) >= 3]
         self.mask_id, self.k, self.groups, self.seed = mask_id, k, groups, seed
-        self.epoch = 0
 
     def __len__(self) -> int:
         return len(self.items)
 
     def __getitem__(self, idx: int) -> SarExample:
-        rng = np.random.default_rng([self.seed, idx, self.epoch])
+        rng = np.random.default_rng([self.seed, idx, 0])
         prompt, answer = self.items[idx]
         return build_sar_example(prompt, answer, self.mask_id, self.k, self.groups, rng)
 
@@ -185,37 +184,29 @@ def train_space(base_model: str, items: list[tuple[list[int], list[int]]], out_d
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from vllm_cllm.training.trainer import logging_trainer_class, training_arguments
+    from vllm_cllm.training.trainer import (
+        logging_trainer_class,
+        train_and_save,
+        training_arguments,
+        with_lora,
+    )
 
     torch.manual_seed(config.seed)
     out = Path(out_dir)
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32)
     mask_id = add_mask_token(model, tokenizer)
-    if config.lora_rank:
-        from peft import LoraConfig, get_peft_model
-
-        model = get_peft_model(model, LoraConfig(
-            r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                            "down_proj"], trainable_token_indices=[mask_id],
-            task_type="CAUSAL_LM"))
+    if config.lora_rank:  # the adapter + the mask token's embedding row
+        model = with_lora(model, config.lora_rank, config.lora_alpha,
+                          trainable_token_indices=[mask_id])
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     trainer_cls = logging_trainer_class(lambda m, batch: sar_loss(m, batch, config.mask_weight))
     trainer = trainer_cls(model=model, args=training_arguments(out, config),
                           train_dataset=SarDataset(items, mask_id, config.k, config.groups,
                                                    config.seed),
                           data_collator=lambda rows: collate_sar(rows, pad_id))
-    checkpoints = sorted((out / "trainer").glob("checkpoint-*"),
-                         key=lambda p: int(p.name.split("-")[-1])) if resume else []
-    trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
+    saved = train_and_save(trainer, model, tokenizer, out, lora=bool(config.lora_rank),
+                           resume=resume)  # config.mask_token_id set by add_mask_token
     if config.lora_rank:
-        # the mask row is saved as peft's trainable-token values, not the whole embedding
-        model.save_pretrained(out / "adapter", save_embedding_layers=False)
         write_mask_token_file(out / "adapter", MASK_TOKEN, mask_id, config.k)
-        model = model.merge_and_unload()
-    model.config.mask_token_id = mask_id
-    model.save_pretrained(out / "model")
-    tokenizer.save_pretrained(out / "model")
-    (out / "log_history.json").write_text(json.dumps(trainer.state.log_history))
-    return out / "model"
+    return saved

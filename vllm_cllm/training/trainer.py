@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -58,3 +59,37 @@ def training_arguments(out: Path, config: Any):
         save_total_limit=config.keep_checkpoints or None, report_to=[], seed=config.seed,
         remove_unused_columns=False,
         dataloader_num_workers=0, use_cpu=not torch.cuda.is_available())
+
+
+#: Linear layers LoRA adapts in both recipes (Llama-style names).
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def with_lora(model: Any, rank: int, alpha: int, **extra: Any) -> Any:
+    """``model`` wrapped in a LoRA adapter of ``rank`` (peft); ``extra`` goes to LoraConfig."""
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0,
+                                            target_modules=LORA_TARGETS,
+                                            task_type="CAUSAL_LM", **extra))
+
+
+def last_checkpoint(trainer_dir: Path) -> str | None:
+    """The newest ``checkpoint-N`` under ``trainer_dir`` (by step number), if any."""
+    found = sorted(trainer_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    return str(found[-1]) if found else None
+
+
+def train_and_save(trainer: Any, model: Any, tokenizer: Any, out: Path, *, lora: bool,
+                   resume: bool) -> Path:
+    """Train (resuming from the newest checkpoint when asked) and save what a run leaves:
+    with LoRA ``out/adapter`` (the trained tensors only, never whole embedding copies) merged
+    into ``out/model``; the tokenizer beside the model; ``out/log_history.json``."""
+    trainer.train(resume_from_checkpoint=last_checkpoint(out / "trainer") if resume else None)
+    if lora:
+        model.save_pretrained(out / "adapter", save_embedding_layers=False)
+        model = model.merge_and_unload()
+    model.save_pretrained(out / "model")
+    tokenizer.save_pretrained(out / "model")
+    (out / "log_history.json").write_text(json.dumps(trainer.state.log_history))
+    return out / "model"
