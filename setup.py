@@ -22,6 +22,9 @@ setup(
         "train": ["accelerate", "peft", "reasoning-gym"],
         # Ray clusters (vLLM's Ray executor; CPU nodes need VLLM_CLLM_RAY_ON_CPU=1, see README).
         "ray": ["ray"],
+        # vLLM's own `suffix` proposer, compared by `vllm-cllm bench` (C++ suffix tree, builds
+        # from source on CPU in about 3 minutes; its vLLM plugin stays off unless enabled).
+        "bench": ["arctic-inference==0.3.0"],
         "dev": [
             "pytest>=8",
             "pytest-timeout",
@@ -34,6 +37,7 @@ setup(
             "openai",
             "requests",
             "matplotlib",
+            "pandas",  # `vllm bench serve --dataset-name custom` (benchmarks/serve_load.py)
             "ray",  # tests/test_ray_cpu.py: vLLM's Ray executor on CPU, local cluster
         ],
     },

@@ -12,6 +12,11 @@ def test_defaults_and_valid_options():
     opts = parse_options({"method": "jacobi", "num_speculative_tokens": 8, "fill": "random",
                           "seed": 3}, max_k=128)
     assert opts == ProposerOptions(num_speculative_tokens=8, fill="random", seed=3)
+    adaptive = parse_options({"method": "jacobi", "num_speculative_tokens": 8,
+                              "adaptive": True, "knee_tokens": 64}, max_k=128)
+    assert adaptive.adaptive and adaptive.knee_tokens == 64
+    assert parse_options({"method": "jacobi", "num_speculative_tokens": 8},
+                         max_k=128).knee_tokens == 16  # the CPU platform's default
 
 
 @pytest.mark.parametrize("spec, words", [
@@ -24,6 +29,11 @@ def test_defaults_and_valid_options():
     ({"method": "jacobi", "num_speculative_tokens": 4, "ngram_min": 5, "ngram_max": 3},
      ["ngram_max", "[5, 64]"]),
     ({"method": "jacobi", "num_speculative_tokens": 4, "model": "some/draft"}, ["'model'"]),
+    ({"method": "jacobi", "num_speculative_tokens": 4, "adaptive": "yes"},
+     ["adaptive", "true or false"]),
+    ({"method": "jacobi", "num_speculative_tokens": 4, "knee_tokens": 0}, ["knee_tokens"]),
+    ({"method": "space", "num_speculative_tokens": 4, "adaptive": True,
+      "mask_token_id": 3}, ["'adaptive'", "allowed"]),
 ])
 def test_bad_options_name_the_option_and_allowed_values(spec, words):
     with pytest.raises(ConfigError) as err:

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.engine
 CONFIGS = {
     "k4-hybrid": {"method": "jacobi", "num_speculative_tokens": 4},
     "k15-tail": {"method": "jacobi", "num_speculative_tokens": 15, "fill": "tail"},
+    "k8-adaptive": {"method": "jacobi", "num_speculative_tokens": 8, "adaptive": True},
 }
 MAX_TOKENS = 48
 

@@ -19,13 +19,15 @@ from typing import Any
 from vllm_cllm.runtime import mean_acceptance_length, spec_metrics, tokens_per_step, with_engine
 
 
-def _measure_batch_size(llm: Any, prompts: list[str], batch_size: int, max_tokens: int
-                        ) -> dict[str, Any]:
+def _measure_batch_size(llm: Any, prompts: list[str], batch_size: int, max_tokens: int,
+                        warmup: list[str] | None = None) -> dict[str, Any]:
+    """``warmup`` (default: the first batch of ``prompts``) runs first, unmeasured. Proposers
+    that learn across requests (vLLM's ``suffix``) need warm-up prompts of their own."""
     from vllm import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
-    llm.generate(prompts[:batch_size], SamplingParams(temperature=0.0, max_tokens=16),
-                 use_tqdm=False)  # warm-up
+    llm.generate(warmup or prompts[:batch_size], SamplingParams(temperature=0.0, max_tokens=16),
+                 use_tqdm=False)
     before = spec_metrics(llm)
     tokens: list[list[int]] = []
     start = time.perf_counter()
@@ -50,26 +52,38 @@ def _measure_batch_size(llm: Any, prompts: list[str], batch_size: int, max_token
     }
 
 
-def measure(model: str, spec: dict[str, Any] | None, prompts_by_batch: dict[int, list[str]],
-            max_tokens: int, **engine_overrides: Any) -> list[dict[str, Any]]:
-    """One engine, every batch size in turn (prompts chosen per batch size)."""
+#: {"batch_size": int, "prompts": [str], "tags": {...}, "warmup": [str]}; tags, warmup optional
+Group = dict[str, Any]
+
+
+def measure(model: str, spec: dict[str, Any] | None, groups: list[Group], max_tokens: int,
+            **engine_overrides: Any) -> list[dict[str, Any]]:
+    """One engine, every group of prompts in turn; each row carries its group's tags."""
     return with_engine(model, spec, lambda llm: [
-        _measure_batch_size(llm, prompts, bs, max_tokens)
-        for bs, prompts in sorted(prompts_by_batch.items())], **engine_overrides)
+        {**g.get("tags", {}), **_measure_batch_size(llm, g["prompts"], g["batch_size"],
+                                                    max_tokens, g.get("warmup"))}
+        for g in groups], **engine_overrides)
+
+
+def by_batch(prompts_by_batch: dict[int, list[str]]) -> list[Group]:
+    """Groups from ``{batch size: prompts}``, smallest batch first."""
+    return [{"batch_size": bs, "prompts": p} for bs, p in sorted(prompts_by_batch.items())]
 
 
 def measure_in_subprocess(model: str, spec: dict[str, Any] | None,
-                          prompts_by_batch: dict[int, list[str]], max_tokens: int, *,
-                          engine_overrides: dict[str, Any] | None = None,
+                          prompts_by_batch: dict[int, list[str]] | list[Group], max_tokens: int,
+                          *, engine_overrides: dict[str, Any] | None = None,
                           env: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """:func:`measure` in a fresh interpreter; returns its rows.
 
+    ``prompts_by_batch`` is ``{batch size: prompts}`` or a list of groups (see ``Group``);
     ``engine_overrides`` go to ``vllm.LLM`` (e.g. ``tensor_parallel_size``); ``env`` is added
     to the worker's environment (e.g. per-rank CPU thread binding).
     """
+    groups = (by_batch(prompts_by_batch) if isinstance(prompts_by_batch, dict)
+              else prompts_by_batch)
     payload = json.dumps({"model": model, "spec": spec, "max_tokens": max_tokens,
-                          "prompts_by_batch": {str(k): v for k, v in prompts_by_batch.items()},
-                          "engine_overrides": engine_overrides or {}})
+                          "groups": groups, "engine_overrides": engine_overrides or {}})
     proc = subprocess.run([sys.executable, "-m", "vllm_cllm.benchmarking"], input=payload,
                           capture_output=True, text=True, env={**os.environ, **(env or {})})
     if proc.returncode != 0:
@@ -103,8 +117,7 @@ def jacobi_tpf(model: str, prompts: list[str], k: int, max_tokens: int) -> float
 def main() -> int:
     argparse.ArgumentParser(description="internal: reads a JSON job on stdin").parse_args()
     job = json.loads(sys.stdin.read())
-    rows = measure(job["model"], job["spec"],
-                   {int(k): v for k, v in job["prompts_by_batch"].items()}, job["max_tokens"],
+    rows = measure(job["model"], job["spec"], job["groups"], job["max_tokens"],
                    **job.get("engine_overrides", {}))
     print("ROWS " + json.dumps(rows))
     return 0

@@ -10,10 +10,16 @@ No extra forward pass, no collectives: every tensor-parallel rank computes the s
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+#: Set to 1 to print the number of requests a proposer holds state for whenever it changes
+#: (the server load benchmark reads it to show that aborted requests leave nothing behind).
+LOG_STATE_ENV = "VLLM_CLLM_LOG_STATE"
 
 
 @dataclass
@@ -55,6 +61,8 @@ class VerifyObserver:
     def __init__(self) -> None:
         self.predictions: VerifyPredictions | None = None
         self.request_state: dict[str, Any] = {}
+        self._log_state = os.environ.get(LOG_STATE_ENV) == "1"
+        self._logged_count = 0
 
     def observe_verification(self, logits: Any, spec_decode_metadata: Any,
                              req_ids: list[str]) -> None:
@@ -83,6 +91,10 @@ class VerifyObserver:
         self.predictions = None  # a new step begins; last step's capture is spent
         for req_id in [r for r in self.request_state if r not in live_req_ids]:
             del self.request_state[req_id]
+        if self._log_state and len(self.request_state) != self._logged_count:
+            self._logged_count = len(self.request_state)
+            print(f"vllm-cllm: state held for {self._logged_count} requests "
+                  f"({len(live_req_ids)} in the batch)", file=sys.stderr, flush=True)
 
     def tracked_requests(self) -> set[str]:
         """Requests the proposer holds anything for (tests use it to prove nothing leaks)."""

