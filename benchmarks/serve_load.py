@@ -36,11 +36,17 @@ from vllm_cllm.serving import running_server, vllm_executable
 PERCENTILES = "50,90,99"
 
 
-def tree_rss_mib(pid: int) -> float:
-    """Resident memory of a process and all its children (API server + engine core)."""
+def per_process_mib(pid: int) -> dict[str, float]:
+    """Resident memory of a process and each of its children (API server, engine core,
+    worker), keyed ``pid:name``."""
     root = psutil.Process(pid)
-    procs = [root, *root.children(recursive=True)]
-    return sum(p.memory_info().rss for p in procs if p.is_running()) / 2**20
+    return {f"{p.pid}:{p.name()[:20]}": p.memory_info().rss / 2**20
+            for p in [root, *root.children(recursive=True)] if p.is_running()}
+
+
+def tree_rss_mib(pid: int) -> float:
+    """Resident memory of the whole server process tree."""
+    return sum(per_process_mib(pid).values())
 
 
 def server_pid(port: int) -> int:

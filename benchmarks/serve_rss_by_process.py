@@ -9,19 +9,15 @@ import json
 import sys
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).parent))
-from serve_load import bench_serve, server_pid  # noqa: E402
+from serve_load import bench_serve, per_process_mib, server_pid  # noqa: E402
 
 from vllm_cllm.models import model_path  # noqa: E402
 from vllm_cllm.serving import running_server  # noqa: E402
 
 
-def per_process_mib(pid: int) -> dict[str, int]:
-    root = psutil.Process(pid)
-    return {f"{p.pid}:{p.name()[:20]}": round(p.memory_info().rss / 2**20)
-            for p in [root, *root.children(recursive=True)]}
+def _rounded(mib: dict[str, float]) -> dict[str, int]:
+    return {k: round(v) for k, v in mib.items()}
 
 
 def main() -> None:
@@ -41,11 +37,11 @@ def main() -> None:
             pid = server_pid(int(base.rsplit(":", 1)[1]))
             bench_serve(base, model, prompts, 4 * args.concurrency, args.concurrency, 32,
                         out / "warmup.json")
-            print(name, "warm-up", per_process_mib(pid), flush=True)
+            print(name, "warm-up", _rounded(per_process_mib(pid)), flush=True)
             for r in range(args.rounds):
                 bench_serve(base, model, prompts, args.requests, args.concurrency, 32,
                             out / "round.json")
-                print(name, "round", r, per_process_mib(pid), flush=True)
+                print(name, "round", r, _rounded(per_process_mib(pid)), flush=True)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -102,3 +102,21 @@ class VerifyObserver:
         if self.predictions is not None:
             held.update(self.predictions.req_ids)
         return held
+
+
+class SelfDraftingProposer(VerifyObserver):
+    """A vLLM ``custom_class`` proposer whose draft model is the target itself, built in each
+    worker as ``Class(vllm_config)``: worker patches applied, the method's options read from
+    the config (``jacobi`` and ``space`` share this start)."""
+
+    method: ClassVar[str]
+
+    def __init__(self, vllm_config: Any) -> None:
+        super().__init__()
+        from vllm_cllm.options import options_from_vllm_config
+        from vllm_cllm.plugin import apply_worker_patches
+
+        apply_worker_patches()
+        self.options = options_from_vllm_config(vllm_config, self.method)
+        self.k = self.options.num_speculative_tokens
+        self.max_model_len = vllm_config.model_config.max_model_len

