@@ -7,8 +7,8 @@
 Every request of a batch drafts k tokens, so the step reads B * (k + 1) logits rows. For each
 (batch, k, vocab) it reports the median time in microseconds and the achieved bandwidth
 (bytes read and written / time), also as a fraction of the device's measured copy bandwidth
-(a large tensor copy: read + write). ``torch.argmax`` alone is timed as the floor that
-``VerifyPredictions.from_logits`` pays today. On CUDA, caches are flushed between runs and the
+(a large tensor copy: read + write). ``torch.argmax`` alone is timed as the floor (vLLM's
+greedy sampler pays it anyway). On CUDA, caches are flushed between runs and the
 Triton result is checked against torch. Without CUDA only the torch path runs (timings on a
 shared CPU are noisy). Prints a Markdown table and writes JSON. Imports torch only (and triton
 on CUDA), never vLLM.

@@ -2,8 +2,8 @@
 
 One run, one server:
 1. plain greedy texts of the check prompts from an offline engine without speculation;
-2. ``vllm serve MODEL --speculative-config '{"method": "jacobi", ...}'``, warm-up load at the
-   highest concurrency, RSS;
+2. ``vllm serve MODEL --speculative-config '{"method": "jacobi", ...}'``, warm-up load at
+   every concurrency measured, RSS (whole tree and per process);
 3. ``vllm bench serve`` at each concurrency over ``--num-requests`` ShareGPT questions:
    throughput, TTFT / TPOT / ITL percentiles, failed requests;
 4. client aborts mid-stream (connections closed after a few chunks);
@@ -148,17 +148,21 @@ def main() -> None:
     with running_server(model, "--speculative-config", spec, log_path=str(log),
                         extra_env={"VLLM_CLLM_LOG_STATE": "1"}) as base:
         pid = server_pid(int(base.rsplit(":", 1)[1]))
-        # Warm up at the highest concurrency: the baseline RSS then includes the largest
-        # batch's working set, and growth after it means a leak, not a bigger batch.
-        top = max(args.concurrency)
-        bench_serve(base, model, dataset, 4 * top, top, args.output_len, out / "warmup.json")
+        # Warm up at every concurrency that is measured (4 rounds of each): the baseline RSS
+        # then holds the working set of every batch shape the run will see (vLLM's worker
+        # caches per shape), and growth after it means a leak, not a new shape.
+        for concurrency in sorted(args.concurrency):
+            bench_serve(base, model, dataset, 4 * concurrency, concurrency, args.output_len,
+                        out / f"warmup-c{concurrency}.json")
         results["rss_after_warmup_mib"] = tree_rss_mib(pid)
+        results["rss_by_process"] = {"after warm-up": per_process_mib(pid)}
         for concurrency in args.concurrency:
             num = args.requests_at_1 if concurrency == 1 else args.num_requests
             run = bench_serve(base, model, dataset, num, concurrency, args.output_len,
                               out / f"c{concurrency}.json")
             run.pop("errors", None)
             run["rss_mib"] = tree_rss_mib(pid)
+            results["rss_by_process"][f"after c{concurrency}"] = per_process_mib(pid)
             results["runs"].append(run)
             print(f"concurrency {concurrency}: {run['completed']} completed, "
                   f"{run['failed']} failed, {run['output_throughput']:.1f} tok/s", flush=True)
@@ -171,6 +175,7 @@ def main() -> None:
         greedy_texts(base, check[:1], 4, concurrency=1)  # one more step: drops finished state
         time.sleep(2)
         results["rss_at_end_mib"] = tree_rss_mib(pid)
+        results["rss_by_process"]["end"] = per_process_mib(pid)
         results["health_after_aborts"] = requests.get(base + "/health", timeout=10).status_code
     counts = held_state_counts(log)
     results["state_held_last"] = counts[-1] if counts else None
@@ -204,7 +209,11 @@ def report(results: dict) -> str:
               f"{results['identical_to_offline']} / {results['check_prompts']} (sent 8 at a time, "
               "after the aborts)",
               f"* proposer state: held for at most {results['state_held_max']} requests, "
-              f"{results['state_held_last']} at the end (one request running)"]
+              f"{results['state_held_last']} at the end (one request running)",
+              "* RSS by process (MiB): " + "; ".join(
+                  f"{phase}: " + ", ".join(f"{name.split(':', 1)[1]} {mib:.0f}"
+                                           for name, mib in procs.items())
+                  for phase, procs in results.get("rss_by_process", {}).items())]
     return "\n".join(lines) + "\n"
 
 

@@ -1,10 +1,11 @@
-"""Which trajectory states buy more tokens per step per CPU-hour: real Jacobi or noise?
+"""Which trajectory states buy more tokens per step per CPU-hour: noise, Jacobi or on-policy?
 
     .venv/bin/python benchmarks/trajectory_modes.py --out results/trajectory_modes
 
 Same prompts, same greedy answers (the demo recipe's answers file), same training settings;
-only the states differ: ``jacobi`` (real Jacobi iterates, one forward per iteration) or
-``noise`` (Jacobi Forcing's progressive noise, no forward at all). For each: CPU seconds to
+only the states differ: ``jacobi`` (real Jacobi iterates, one forward per iteration),
+``noise`` (Jacobi Forcing's progressive noise, no forward at all) or ``onpolicy`` (the drafts
+``jacobi`` verifies when the model runs in vLLM). For each: CPU seconds to
 build the states and to train, and the tokens per verify step of the result in vLLM
 (``jacobi`` k = 15, validation problems from seed 999), beside the untrained base model,
 with the distinct-4 ratio of those outputs: a model that collapsed into repeating itself
@@ -25,13 +26,14 @@ from vllm_cllm.benchmarking import measure_in_subprocess
 from vllm_cllm.models import merged_checkpoint, model_path
 from vllm_cllm.training.cllm import CllmConfig, train_cllm
 from vllm_cllm.training.gsm import chat_prompt, gsm_problems
+from vllm_cllm.training.onpolicy import write_onpolicy
 from vllm_cllm.training.quality import mean_distinct_n
 from vllm_cllm.training.trajectories import MODES, read_trajectories, write_trajectories
 
 
-def load_answers(path: Path, count: int) -> list[tuple[list[int], list[int]]]:
-    rows = [json.loads(line) for line in path.read_text().splitlines()[:count]]
-    return [(r["prompt_ids"], r["answer_ids"]) for r in rows]
+def load_answers(path: Path, count: int) -> list[dict]:
+    """The answer cache's rows: ``prompt`` (text), ``prompt_ids``, ``answer_ids``."""
+    return [json.loads(line) for line in path.read_text().splitlines()[:count]]
 
 
 def speed_and_diversity(model_dir: str, prompts: list[str]) -> dict:
@@ -42,8 +44,10 @@ def speed_and_diversity(model_dir: str, prompts: list[str]) -> dict:
             "distinct_4": mean_distinct_n(row["tokens"], 4)}
 
 
-def build_states(out: Path, mode: str, items: list, max_states: int, base: Path) -> float:
-    """Write ``MODE.jsonl`` unless a finished one exists; returns the CPU seconds it took."""
+def build_states(out: Path, mode: str, rows: list[dict], max_states: int, base: Path,
+                 onpolicy_states: int) -> float:
+    """Write ``MODE.jsonl`` unless a finished one exists; returns the CPU seconds it took
+    (``onpolicy``: the in-process vLLM engine's start and decoding included)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -51,11 +55,17 @@ def build_states(out: Path, mode: str, items: list, max_states: int, base: Path)
     if data.exists() and cost.exists():
         return json.loads(cost.read_text())["data_cpu_s"]
     data.unlink(missing_ok=True)
-    hf = None
-    if mode == "jacobi":
-        hf = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
     start = time.process_time()
-    write_trajectories(data, items, n=16, mode=mode, seed=1, max_states=max_states, model=hf)
+    if mode == "onpolicy":
+        write_onpolicy(data, str(base), [r["prompt"] for r in rows], n=16, k=15,
+                       max_new_tokens=256, max_per_prompt=onpolicy_states, seed=1)
+    else:
+        hf = None
+        if mode == "jacobi":
+            hf = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
+        items = [(r["prompt_ids"], r["answer_ids"]) for r in rows]
+        write_trajectories(data, items, n=16, mode=mode, seed=1, max_states=max_states,
+                           model=hf)
     seconds = time.process_time() - start
     cost.write_text(json.dumps({"data_cpu_s": seconds}))
     return seconds
@@ -70,6 +80,10 @@ def main() -> None:
     parser.add_argument("--val-problems", type=int, default=16)
     parser.add_argument("--max-states", type=int, default=4)
     parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--modes", nargs="+", default=[*MODES, "onpolicy"],
+                        choices=[*MODES, "onpolicy"])
+    parser.add_argument("--onpolicy-states", type=int, default=24,
+                        help="on-policy states kept per prompt")
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
@@ -84,8 +98,8 @@ def main() -> None:
                         logging_steps=5)
     rows = [{"mode": "base (untrained)", **speed_and_diversity(str(base), val)}]
     print(rows[-1], flush=True)
-    for mode in MODES:
-        data_cpu = build_states(out, mode, items, args.max_states, base)
+    for mode in args.modes:
+        data_cpu = build_states(out, mode, items, args.max_states, base, args.onpolicy_states)
         records = read_trajectories(out / f"{mode}.jsonl")
         start = time.process_time()
         run = out / f"run-{mode}"

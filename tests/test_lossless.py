@@ -11,7 +11,7 @@ import pytest
 
 from vllm_cllm.datasets import IMMEDIATE_EOS_PROMPT, chat_prompts, humaneval_prompts
 from vllm_cllm.lossless import compare, generate_tokens
-from vllm_cllm.runtime import mean_acceptance_length, spec_metrics, with_engine
+from vllm_cllm.runtime import drafter_of, mean_acceptance_length, spec_metrics, with_engine
 
 pytestmark = pytest.mark.engine
 
@@ -56,6 +56,7 @@ def _measured_run(llm, prompts):
     before = spec_metrics(llm)
     result = _run(llm, prompts)
     result["tpf"] = mean_acceptance_length(before, spec_metrics(llm))
+    result["fixed_point_steps"] = drafter_of(llm).fixed_point_steps
     return result
 
 
@@ -89,3 +90,9 @@ def test_mixed_batch_honours_each_request(runs):
 def test_speculation_actually_happened(runs, config):
     # Lossless is only meaningful if drafts were accepted at all.
     assert runs[config]["tpf"] > 1.0
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_drafts_come_from_the_fixed_point_step(runs, config):
+    # The capture runs the batched fixed-point step (torch here, Triton on a GPU) every step.
+    assert runs[config]["fixed_point_steps"] > 0

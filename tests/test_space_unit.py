@@ -180,6 +180,31 @@ def test_rejection_falls_back_to_the_jacobi_tail_then_the_fill():
     assert tail_only.tolist() == [52, 53]
 
 
+def test_device_step_reads_mask_rows_and_tails_like_the_host_rule():
+    """The capture's fixed-point step, told each request's mask slots, gives the same next
+    candidates as the rule on the host: mask rows after a full acceptance, else the tail."""
+    proposer = _proposer(k=3)
+    proposer.fill = NoFill()
+    proposer.use_tail = True
+    proposer.request_state = {"full": SpaceRequest(2, None), "rej": SpaceRequest(3, None)}
+    # full: c1 c2 + 3 masks, both accepted; rej: c1 c2 c3 + 3 masks, c1 accepted
+    rows = [[50, 51, 52, 60, 61, 62], [70, 71, 72, 73, 80, 81, 82]]
+    logits = torch.zeros(13, 128)
+    logits[torch.arange(13), torch.tensor(sum(rows, []))] = 1.0
+    drafts = [50, 51, MASK, MASK, MASK, 70, 99, 98, MASK, MASK, MASK]
+    meta = SimpleNamespace(num_draft_tokens=[5, 6],
+                           draft_token_ids=torch.tensor(drafts, dtype=torch.int32))
+    proposer.observe_verification(logits, meta, ["full", "rej"])
+    preds = proposer.predictions
+    assert preds.num_mask.tolist() == [3, 3] and preds.accepted.tolist() == [2, 1]
+    tokens = np.zeros((2, 100), dtype=np.int64)
+    out = proposer.propose([[50, 51, 52], [70, 71]], np.array([10, 10]), tokens)
+    host = [next_candidates(np.array(rows[0]), 3, 2, 3, tokens[0, :10], NoFill()),
+            next_candidates(np.array(rows[1]), 2, 3, 3, tokens[1, :10], NoFill())]
+    assert host[0].tolist() == [60, 61, 62] and host[1].tolist() == [72, 73]
+    assert out == [host[0].tolist() + [MASK] * 3, host[1].tolist() + [MASK] * 3]
+
+
 def test_first_step_uses_the_fill_or_masks_only():
     context = np.array([1, 2, 3, 1, 2])
     assert next_candidates(np.array([9]), 1, None, 4, context,
@@ -226,11 +251,17 @@ def test_proposer_truncates_masks_first_near_max_model_len():
 
 def test_mask_logit_is_never_the_argmax():
     proposer = _proposer()
-    logits = torch.zeros((2, 128))
+    logits = torch.zeros((3, 128))
     logits[:, MASK] = 100.0
-    proposer.observe_verification(logits, None, ["a", "b"])
+    meta = SimpleNamespace(num_draft_tokens=[1, 0],
+                           draft_token_ids=torch.tensor([MASK], dtype=torch.int32))
+    proposer.observe_verification(logits, meta, ["a", "b"])
     assert torch.isneginf(logits[:, MASK]).all()
-    assert MASK not in proposer.predictions.flat.tolist()
+    assert len(proposer.predictions.flat) == 3 and MASK not in proposer.predictions.flat.tolist()
+    no_drafts = torch.zeros((2, 128))
+    no_drafts[:, MASK] = 100.0
+    proposer.observe_verification(no_drafts, None, ["a", "b"])  # sampling still sees -inf
+    assert torch.isneginf(no_drafts[:, MASK]).all()
 
 
 def test_hybrid_prefers_ngrams_for_a_request_whose_mask_guesses_keep_missing():

@@ -83,6 +83,9 @@ def test_block_mask_starts_after_first_difference():
     fixed = torch.tensor([[1, 2, 3, 4]])
     states = torch.tensor([[1, 9, 3, 4]])
     assert block_mask(states, fixed).tolist() == [[False, False, True, True]]
+    # window 1: only the position right behind the first wrong token
+    assert block_mask(states, fixed, window=1).tolist() == [[False, False, True, False]]
+    assert block_mask(fixed, fixed, window=2).tolist() == [[False] * 4]  # nothing differs
 
 
 def test_ar_loss_matches_transformers(tiny):
@@ -182,3 +185,44 @@ def test_quality_figures():
     assert mean_distinct_n([[1, 2, 3, 4, 5], [7] * 10]) == pytest.approx((1 + 1 / 7) / 2)
     texts = ["so 3 + 4 = 7. Answer: 7", "Answer: $1,200.00", "I think 12", "no idea"]
     assert accuracy(texts, ["7", "1200", "13", "5"]) == 0.5
+
+
+def test_onpolicy_records_pair_each_draft_with_what_was_committed():
+    from types import SimpleNamespace
+
+    from vllm_cllm.training.onpolicy import onpolicy_records
+
+    prompt, answer = [1, 2, 3], [10, 11, 12, 13, 14, 15, 16, 17]
+    outputs = [SimpleNamespace(request_id="0", prompt_token_ids=prompt,
+                               outputs=[SimpleNamespace(token_ids=answer)])]
+    drafts = [("0-1a2b3c4d", 4, [11, 99, 13]),  # wrong at its 2nd token
+              ("0-1a2b3c4d", 5, [12, 13, 14]),  # all right: nothing to learn
+              ("0-1a2b3c4d", 8, [15, 16]),  # the fixed point runs past the answer
+              ("1-ffffffff", 4, [5, 5, 5])]  # another request
+    records = list(onpolicy_records(outputs, drafts, n=4, max_per_prompt=8, seed=0))
+    assert len(records) == 1
+    r = records[0]
+    assert r.context_ids == prompt + [10] and r.fixed_point == [11, 12, 13, 14]
+    assert r.states == [[11, 99, 13, 14]]  # the undrafted position reads as committed
+    assert r.answer_ids == answer and r.prompt_len == 3
+    many = [("0-x", 4, [0, 0, 0])] * 5
+    assert len(list(onpolicy_records(outputs, many, n=4, max_per_prompt=2, seed=0))) == 2
+
+
+@pytest.mark.engine
+def test_onpolicy_states_are_recorded_from_a_real_engine(tiny_path, tmp_path):
+    from vllm_cllm.training.onpolicy import write_onpolicy
+    from vllm_cllm.training.trajectories import read_trajectories
+
+    prompts = ["The capital of France is", "def add(a, b):"]
+    path = tmp_path / "onpolicy.jsonl"
+    written = write_onpolicy(path, tiny_path, prompts, n=5, k=4, max_new_tokens=24,
+                             max_per_prompt=6, seed=0)
+    records = read_trajectories(path)
+    assert written == len(records) > 0
+    for r in records:
+        clean = r.context_ids[:r.prompt_len] + r.answer_ids
+        start = len(r.context_ids)
+        assert r.context_ids == clean[:start] and r.fixed_point == clean[start:start + 5]
+        assert r.states[0] != r.fixed_point and len(r.states[0]) == 5
+    assert {r.prompt_id for r in records} <= {0, 1}

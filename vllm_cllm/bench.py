@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,10 @@ class BenchPlan:
         default_factory=lambda: {1: 4, 4: 8, 16: 16}, hash=False)
     max_tokens: int = 128
     k: int = 15
+    #: Interleaved rounds: every configuration runs once per round (a fresh engine each time),
+    #: and a row's speed-up is the median over rounds of its ratio to its baseline in the
+    #: same round; this machine's drift between minutes-apart runs is ±5 %.
+    rounds: int = 1
 
     @classmethod
     def quick(cls) -> BenchPlan:
@@ -56,8 +61,10 @@ class BenchPlan:
                    prompts_per_batch={1: 2, 16: 16}, max_tokens=64)
 
     def fingerprint(self) -> str:
-        """Names the raw-result cache; the version bumps when prompt selection changes."""
+        """Names the raw-result cache (rounds live below it); the version bumps when prompt
+        selection changes."""
         key = {**asdict(self), "layout": 2}
+        key.pop("rounds")
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -135,25 +142,32 @@ def groups(plan: BenchPlan, prompts: dict[str, list[str]]) -> list[dict[str, Any
 
 def run(plan: BenchPlan, out: Path, model_dirs: dict[str, str],
         configs: list[BenchConfig]) -> list[dict[str, Any]]:
-    """Measure every configuration (resuming from ``out/raw``) and compare with baselines."""
+    """Measure every configuration in ``plan.rounds`` interleaved rounds (resuming from
+    ``out/raw``) and compare each with its baseline."""
     from transformers import AutoTokenizer
 
     prompts = prompt_sets(plan, AutoTokenizer.from_pretrained(model_dirs["base"]))
     raw = out / "raw" / plan.fingerprint()
-    raw.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, Any]] = []
-    for config in tqdm(configs, desc="bench configs"):
-        cached = raw / f"{config.key}.json"
-        if cached.exists():
-            measured = json.loads(cached.read_text())
-        else:
-            measured = measure_in_subprocess(model_dirs[config.model], config.spec,
-                                             groups(plan, prompts), plan.max_tokens)
-            cached.write_text(json.dumps(measured))
-        for row in measured:
-            row.update(model=config.model, method=config.method, spec=config.spec)
-        rows.extend(measured)
-    return compare_with_baselines(rows)
+    rounds = []
+    with tqdm(total=plan.rounds * len(configs), desc="bench configs") as bar:
+        for r in range(plan.rounds):
+            folder = raw if r == 0 else raw / f"round{r + 1}"  # round 1: the one-round layout
+            folder.mkdir(parents=True, exist_ok=True)
+            rows: list[dict[str, Any]] = []
+            for config in configs:
+                cached = folder / f"{config.key}.json"
+                if cached.exists():
+                    measured = json.loads(cached.read_text())
+                else:
+                    measured = measure_in_subprocess(model_dirs[config.model], config.spec,
+                                                     groups(plan, prompts), plan.max_tokens)
+                    cached.write_text(json.dumps(measured))
+                for row in measured:
+                    row.update(model=config.model, method=config.method, spec=config.spec)
+                rows.extend(measured)
+                bar.update()
+            rounds.append(compare_with_baselines(rows))
+    return merge_rounds(rounds)
 
 
 def compare_with_baselines(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -166,3 +180,21 @@ def compare_with_baselines(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["vllm_acceptance_length"] = row.pop("tpf")
         row["tpf"] = row["tokens_per_step"]
     return rows
+
+
+def merge_rounds(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per configuration × data set × batch size: the first round's row with the
+    median tokens/s and median speed-up over rounds (each round's speed-up is paired with
+    that round's baseline), the per-round figures, and identity required in every round."""
+    if len(rounds) == 1:
+        return rounds[0]
+    merged = []
+    for same in zip(*rounds, strict=True):
+        row = dict(same[0])
+        row["tokens_per_s_rounds"] = [r["tokens_per_s"] for r in same]
+        row["speedup_rounds"] = [r["speedup"] for r in same]
+        row["tokens_per_s"] = statistics.median(row["tokens_per_s_rounds"])
+        row["speedup"] = statistics.median(row["speedup_rounds"])
+        row["identical"] = all(r["identical"] and r["tokens"] == row["tokens"] for r in same)
+        merged.append(row)
+    return merged

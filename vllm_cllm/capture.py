@@ -2,10 +2,13 @@
 
 In each verify step vLLM computes logits at every draft position of every request, but keeps
 only the accepted tokens. :class:`VerifyObserver` receives those logits (through the
-``_sample`` wrapper in ``patches/verify_capture.py``), takes one argmax over all rows and
-copies that single small int tensor to the host. The result, :class:`VerifyPredictions`, gives
-each input-batch row the target's predictions ``g_1 .. g_{n+1}`` for its ``n`` drafts.
-No extra forward pass, no collectives: every tensor-parallel rank computes the same thing.
+``_sample`` wrapper in ``patches/verify_capture.py``) and runs the batched fixed-point step
+(:func:`vllm_cllm.kernels.fixed_point_step`: Triton on a GPU, torch elsewhere) on the device:
+every row's argmax, every request's greedy accepted length and its shifted next draft. One
+small int tensor then goes to the host. The result, :class:`VerifyPredictions`, gives each
+input-batch row the target's predictions ``g_1 .. g_{n+1}`` for its ``n`` drafts and the
+next Jacobi block. No extra forward pass, no collectives: every tensor-parallel rank computes
+the same thing.
 """
 
 from __future__ import annotations
@@ -22,31 +25,94 @@ import numpy as np
 LOG_STATE_ENV = "VLLM_CLLM_LOG_STATE"
 
 
+def shifted_block(row: np.ndarray, num_sampled: int, num_mask: int = 0) -> np.ndarray:
+    """The next Jacobi block from one request's predictions (the kernel's rule, on the host).
+
+    ``row`` = ``g_1..g_{n+1}``; vLLM committed ``num_sampled`` = a + 1 tokens. With ``r`` real
+    drafts (the last ``num_mask`` are SPACE mask slots): ``g_{a+2}..g_{r+1}`` if a real draft
+    was rejected, else the mask rows ``g_{r+2}..g_{n+1}``; without masks, ``g_{a+2}..``.
+    """
+    real = len(row) - 1 - min(max(num_mask, 0), len(row) - 1)
+    if num_sampled - 1 < real:
+        return row[num_sampled:real + 1]
+    return row[real + 1:]
+
+
 @dataclass
 class VerifyPredictions:
     """Target argmax per row of one verify step, in input-batch order.
 
     ``flat[offsets[i]:offsets[i+1]]`` are request i's predictions: entry j is the target's
     choice after its j-th scheduled token (j = 0 is the token after the last committed one).
+    ``accepted``, ``next_draft`` and ``next_len`` (optional) are the fixed-point step's
+    greedy accepted length and next block per request, computed on the device.
     """
 
     req_ids: list[str]
     flat: np.ndarray
     offsets: np.ndarray
+    accepted: np.ndarray | None = None  # [B]
+    next_draft: np.ndarray | None = None  # [B, k]; row i valid up to next_len[i]
+    next_len: np.ndarray | None = None  # [B]
+    num_mask: np.ndarray | None = None  # [B] mask slots the step was run with (SPACE)
 
     def row(self, i: int) -> np.ndarray:
         return self.flat[self.offsets[i]:self.offsets[i + 1]]
 
+    def next_block(self, i: int, num_sampled: int) -> np.ndarray:
+        """Request i's next Jacobi block given that vLLM committed ``num_sampled`` tokens.
+
+        The device result whenever vLLM accepted exactly the greedy prefix (always, for a
+        greedy request); a sampled request that accepted otherwise gets the same rule on the
+        host (:func:`shifted_block`) from its row.
+        """
+        if self.accepted is not None and int(self.accepted[i]) == num_sampled - 1:
+            return self.next_draft[i, :int(self.next_len[i])]
+        mask = 0 if self.num_mask is None else int(self.num_mask[i])
+        return shifted_block(self.row(i), num_sampled, mask)
+
     @classmethod
-    def from_logits(cls, logits: Any, num_rows_per_req: list[int], req_ids: list[str]
-                    ) -> VerifyPredictions | None:
-        """Argmax over the vocabulary on the device, then one device-to-host copy."""
-        if len(num_rows_per_req) != len(req_ids) or sum(num_rows_per_req) != logits.shape[0]:
+    def without_drafts(cls, req_ids: list[str]) -> VerifyPredictions:
+        """A step in which no request drafted: one row each, whose value is never read (the
+        sampled token is what vLLM committed; the block behind it is empty)."""
+        batch = len(req_ids)
+        return cls(req_ids=req_ids, flat=np.zeros(batch, dtype=np.int64),
+                   offsets=np.arange(batch + 1, dtype=np.int64))
+
+    @classmethod
+    def from_fixed_point(cls, logits: Any, draft_tokens: Any, num_draft_tokens: list[int],
+                         req_ids: list[str], k: int, num_mask: list[int] | None = None,
+                         backend: str = "auto") -> VerifyPredictions | None:
+        """The fixed-point step on the device (``logits`` [T, V], ``draft_tokens`` [D] on the
+        same device), then one device-to-host copy of argmax, accepted lengths and blocks."""
+        import torch
+
+        from vllm_cllm.kernels import fixed_point_step
+
+        rows = [n + 1 for n in num_draft_tokens]
+        if len(rows) != len(req_ids) or sum(rows) != logits.shape[0] \
+                or draft_tokens.shape[0] != sum(num_draft_tokens):
             return None  # a dummy/profiling run, not a real batch
-        flat = logits.argmax(dim=-1).to("cpu").numpy().astype(np.int64, copy=False)
-        offsets = np.zeros(len(num_rows_per_req) + 1, dtype=np.int64)
-        np.cumsum(num_rows_per_req, out=offsets[1:])
-        return cls(req_ids=req_ids, flat=flat, offsets=offsets)
+        device = logits.device
+        num = torch.tensor(num_draft_tokens, dtype=torch.int32).to(device, non_blocking=True)
+        mask = None if num_mask is None else \
+            torch.tensor(num_mask, dtype=torch.int32).to(device, non_blocking=True)
+        out = fixed_point_step(logits, draft_tokens, num, k, num_mask=mask, backend=backend)
+        batch, rows_total = len(rows), logits.shape[0]
+        host = torch.cat([out.argmax, out.accepted.to(torch.int64),
+                          out.next_len.to(torch.int64), out.next_draft.reshape(-1)]
+                         ).to("cpu").numpy()
+        accepted_at, len_at = rows_total, rows_total + batch
+        return cls(req_ids=req_ids, flat=host[:rows_total], offsets=_offsets(rows),
+                   accepted=host[accepted_at:len_at], next_len=host[len_at:len_at + batch],
+                   next_draft=host[len_at + batch:].reshape(batch, k),
+                   num_mask=None if num_mask is None else np.asarray(num_mask, np.int64))
+
+
+def _offsets(num_rows_per_req: list[int]) -> np.ndarray:
+    offsets = np.zeros(len(num_rows_per_req) + 1, dtype=np.int64)
+    np.cumsum(num_rows_per_req, out=offsets[1:])
+    return offsets
 
 
 class VerifyObserver:
@@ -60,17 +126,30 @@ class VerifyObserver:
 
     def __init__(self) -> None:
         self.predictions: VerifyPredictions | None = None
+        self.fixed_point_steps = 0  # verify steps whose blocks came from the device step
         self.request_state: dict[str, Any] = {}
         self._log_state = os.environ.get(LOG_STATE_ENV) == "1"
         self._logged_count = 0
 
+    #: Longest next block the fixed-point step returns: the proposer's k.
+    k: int = 0
+
     def observe_verification(self, logits: Any, spec_decode_metadata: Any,
                              req_ids: list[str]) -> None:
         if spec_decode_metadata is None:
-            rows = [1] * len(req_ids)
-        else:
-            rows = [n + 1 for n in spec_decode_metadata.num_draft_tokens]
-        self.predictions = VerifyPredictions.from_logits(logits, rows, req_ids)
+            # No request drafted: every row is just the sampled token, with no tail to shift
+            # (adaptive k at a large batch): nothing to compute on the device.
+            self.predictions = VerifyPredictions.without_drafts(req_ids)
+            return
+        num_drafts = list(spec_decode_metadata.num_draft_tokens)
+        self.predictions = VerifyPredictions.from_fixed_point(
+            logits, spec_decode_metadata.draft_token_ids, num_drafts, req_ids,
+            self.k, self.mask_slots(req_ids, num_drafts))
+        self.fixed_point_steps += self.predictions is not None
+
+    def mask_slots(self, req_ids: list[str], num_drafts: list[int]) -> list[int] | None:
+        """Trailing draft slots of each request that are SPACE masks (None: no masks)."""
+        return None
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """The draft model is the target itself: nothing to load."""

@@ -32,22 +32,32 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     plan = BenchPlan.quick() if args.quick else BenchPlan()
     if args.max_tokens:
         plan = dataclasses.replace(plan, max_tokens=args.max_tokens)
+    if args.batch_sizes:
+        plan = dataclasses.replace(plan, batch_sizes=tuple(args.batch_sizes))
+    if args.datasets:
+        plan = dataclasses.replace(plan, datasets=tuple(args.datasets))
+    plan = dataclasses.replace(plan, rounds=args.rounds)
     no_suffix = suffix_available()
     if no_suffix:
         print(f"vllm-cllm bench: no `suffix` rows: {no_suffix}", file=sys.stderr)
     configs = configurations(plan.k, with_suffix=no_suffix is None)
     if args.only:
         configs = [c for c in configs if c.model in args.only]
+    if args.methods:
+        configs = [c for c in configs if c.method == "none" or c.method in args.methods]
     dirs = {label: str(model_path(name)) for label, name in MODELS.items()}
     out = Path(args.out)
     rows = run(plan, out, dirs, configs)
     header = {"date": datetime.date.today().isoformat(), "quick": args.quick,
               "datasets": list(plan.datasets), "batch_sizes": list(plan.batch_sizes),
               "prompts_per_batch": plan.prompts_per_batch, "max_tokens": plan.max_tokens,
+              "rounds": plan.rounds,
               "suffix": no_suffix or "measured",
               "description": (f"SmolLM2-135M-Instruct demos, fp32, greedy, {plan.max_tokens} new "
                               f"tokens, prompts per batch size {plan.prompts_per_batch} (batch 1 "
-                              "one at a time)" + ("; --quick" if args.quick else ""))}
+                              "one at a time)" + ("; --quick" if args.quick else "")
+                              + (f"; median of {plan.rounds} interleaved rounds"
+                                 if plan.rounds > 1 else ""))}
     print(write_results(rows, out, header))
     return 0
 
@@ -75,6 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default 128, quick 64)")
     p.add_argument("--only", nargs="+", choices=["base", "cllm", "space"],
                    help="only these models (each with its own baseline)")
+    p.add_argument("--methods", nargs="+", metavar="METHOD",
+                   help="only these table methods, e.g. 'jacobi adaptive k=15' (baselines stay)")
+    p.add_argument("--batch-sizes", nargs="+", type=int, choices=[1, 4, 16],
+                   help="only these batch sizes")
+    p.add_argument("--datasets", nargs="+", choices=["gsm", "humaneval", "mtbench", "sharegpt"],
+                   help="only these data sets")
+    p.add_argument("--rounds", type=int, default=1, help="interleaved rounds per configuration "
+                   "(median speed-up of per-round ratios; default 1)")
     p.set_defaults(func=_cmd_bench)
 
     from vllm_cllm.training.cli import add_train_parser

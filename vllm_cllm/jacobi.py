@@ -130,7 +130,7 @@ class JacobiProposer(SelfDraftingProposer):
                token_ids_cpu: np.ndarray) -> np.ndarray:
         """Request ``i``'s draft of at most ``room`` tokens: the Jacobi tail plus the fill
         (``hybrid``: or the n-gram continuation alone, whichever has matched better)."""
-        tail = predictions.row(i)[len(sampled):] if predictions is not None else _EMPTY
+        tail = predictions.next_block(i, len(sampled)) if predictions is not None else _EMPTY
         context = token_ids_cpu[i, :int(num_tokens_no_spec[i])]
         draft = next_draft(tail, context, room, self.fill, self.restart)
         if state is not None and self.options.fill == "hybrid":

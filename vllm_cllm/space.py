@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from vllm_cllm.capture import SelfDraftingProposer
+from vllm_cllm.capture import SelfDraftingProposer, shifted_block
 from vllm_cllm.fill import Fill, NgramFill, NoFill
 from vllm_cllm.jacobi import HybridState, next_draft
 
@@ -41,24 +41,28 @@ _EMPTY = np.empty(0, dtype=np.int64)
 
 
 def next_candidates(row: np.ndarray, num_sampled: int, last_candidates: int | None, k: int,
-                    context: np.ndarray, fill: Fill, use_tail: bool = True) -> np.ndarray:
+                    context: np.ndarray, fill: Fill, use_tail: bool = True,
+                    block: np.ndarray | None = None) -> np.ndarray:
     """The next step's k candidates from last step's predictions (see the module docstring).
 
     ``row``: predictions after each scheduled token (length = drafts + 1); ``num_sampled``:
     tokens vLLM committed (accepted + 1); ``last_candidates``: candidates among last step's
-    drafts (None: not drafted by us, e.g. vLLM's placeholder drafts). When the mask slots
-    cannot be used: the Jacobi tail (if ``use_tail``) completed by ``fill``; empty means a
-    masks-only draft, which is always fully accepted and so re-synchronises the masks.
+    drafts (None: not drafted by us, e.g. vLLM's placeholder drafts). ``block``: the
+    fixed-point step's next block for this request (mask rows after a full acceptance, else
+    the Jacobi tail of the candidates), computed on the device by the capture; derived from
+    ``row`` when not given. When the mask slots cannot be used: the Jacobi tail (if
+    ``use_tail``) completed by ``fill``; empty means a masks-only draft, which is always fully
+    accepted and so re-synchronises the masks.
     """
     drafts = len(row) - 1
     if drafts == 0 or last_candidates is None:
         return next_draft(_EMPTY, context, k, fill, NoFill())
     m = min(last_candidates, drafts)
-    accepted = num_sampled - 1
-    if accepted >= m and drafts > m:  # every candidate accepted: read the mask slots
-        return row[m + 1:m + 1 + k].astype(np.int64)
-    tail = row[num_sampled:m + 1] if use_tail else _EMPTY
-    return next_draft(tail, context, k, fill, NoFill())
+    if block is None:
+        block = shifted_block(row, num_sampled, drafts - m)
+    if num_sampled - 1 >= m and drafts > m:  # every candidate accepted: the mask rows
+        return np.asarray(block[:k], dtype=np.int64)
+    return next_draft(block if use_tail else _EMPTY, context, k, fill, NoFill())
 
 
 @dataclass
@@ -87,6 +91,14 @@ class SpaceProposer(SelfDraftingProposer):
         self.fill: Fill = ngram if policy in ("ngram", "tail") else NoFill()
         self.hybrid: Fill | None = ngram if policy == "hybrid" else None
 
+    def mask_slots(self, req_ids: list[str], num_drafts: list[int]) -> list[int]:
+        """Each request's trailing mask slots: its drafts beyond last step's candidates."""
+        slots = []
+        for req_id, n in zip(req_ids, num_drafts, strict=True):
+            state = self.request_state.get(req_id)
+            slots.append(max(n - state.last_candidates, 0) if state is not None else 0)
+        return slots
+
     def observe_verification(self, logits: Any, spec_decode_metadata: Any,
                              req_ids: list[str]) -> None:
         """Never emit MASK: its logit is −inf at every verified position, then capture."""
@@ -109,9 +121,10 @@ class SpaceProposer(SelfDraftingProposer):
             context = token_ids_cpu[i, :num_tokens]
             state = self.request_state.get(req_id)
             k = min(self.k, room)
+            block = predictions.next_block(i, len(sampled)) if predictions is not None else None
             candidates = next_candidates(row, len(sampled),
                                          state.last_candidates if state else None, k,
-                                         context, self.fill, self.use_tail)
+                                         context, self.fill, self.use_tail, block)
             if state is None:
                 state = SpaceRequest(0, HybridState() if self.hybrid is not None else None)
             elif state.scores is not None:

@@ -3,7 +3,7 @@
 Request i has ``n_i`` drafts ``d_1..d_n`` and ``n_i + 1`` logits rows whose argmax are
 ``g_1..g_{n+1}``. Its accepted length ``a_i`` is the longest prefix with ``d_j == g_j``; vLLM
 commits ``g_1..g_{a+1}``, and ``g_{a+2}..g_{n+1}`` (``n - a`` tokens, the same slice as
-``VerifyPredictions.row(i)[a + 1:]`` in ``jacobi.py``) become the next draft, cut to ``k``.
+``capture.shifted_block`` on the host) become the next draft, cut to ``k``.
 
 Acceptance is greedy (argmax), so ``a_i`` equals what vLLM commits for greedy requests only.
 

@@ -14,16 +14,22 @@ def _resolve_model(name: str) -> str:
     return str(model_path(name)) if name in BUILDERS else name
 
 
-def _gsm_answers(model: str, num_prompts: int, seed: int, max_new_tokens: int, cache: Path,
-                 ray_workers: int = 0) -> list[tuple[list[int], list[int]]]:
-    """(prompt_ids, greedy answer_ids) for gsm_symbolic chat prompts of ``seed``, cached."""
+def _gsm_prompts(model: str, num_prompts: int, seed: int) -> list[str]:
+    """gsm_symbolic problems of ``seed`` in the model's chat template."""
     from transformers import AutoTokenizer
 
-    from vllm_cllm.training.answers import generate_answers
     from vllm_cllm.training.gsm import chat_prompt, gsm_problems
 
     tokenizer = AutoTokenizer.from_pretrained(model)
-    prompts = [chat_prompt(tokenizer, p["question"]) for p in gsm_problems(num_prompts, seed)]
+    return [chat_prompt(tokenizer, p["question"]) for p in gsm_problems(num_prompts, seed)]
+
+
+def _gsm_answers(model: str, num_prompts: int, seed: int, max_new_tokens: int, cache: Path,
+                 ray_workers: int = 0) -> list[tuple[list[int], list[int]]]:
+    """(prompt_ids, greedy answer_ids) for gsm_symbolic chat prompts of ``seed``, cached."""
+    from vllm_cllm.training.answers import generate_answers
+
+    prompts = _gsm_prompts(model, num_prompts, seed)
     return generate_answers(model, prompts, max_new_tokens, cache, ray_workers=ray_workers)
 
 
@@ -34,6 +40,15 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
 
     model = _resolve_model(args.model)
     out = Path(args.out)
+    if args.mode == "onpolicy":
+        from vllm_cllm.training.onpolicy import write_onpolicy
+
+        written = write_onpolicy(out, model, _gsm_prompts(model, args.num_prompts, args.seed),
+                                 n=args.block_size, k=args.block_size - 1,
+                                 max_new_tokens=args.max_new_tokens,
+                                 max_per_prompt=args.max_states, seed=args.seed)
+        print(f"{written} new records in {out}")
+        return 0
     items = _gsm_answers(model, args.num_prompts, args.seed, args.max_new_tokens,
                          out.with_name(out.stem + ".answers.jsonl"), args.ray_workers)
     hf_model = None
@@ -100,8 +115,11 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=1, help="gsm_symbolic seed (training seeds only)")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--mode", choices=["noise", "jacobi"], default="noise")
-    p.add_argument("--max-states", type=int, default=4, help="states kept per block")
+    p.add_argument("--mode", choices=["noise", "jacobi", "onpolicy"], default="noise",
+                   help="noise: progressive noise from the fixed point; jacobi: real Jacobi "
+                   "iterates (transformers); onpolicy: the drafts `jacobi` verifies in vLLM")
+    p.add_argument("--max-states", type=int, default=4,
+                   help="states kept per block (onpolicy: per prompt)")
     p.add_argument("--ray-workers", type=int, default=0,
                    help="generate the answers on N Ray actors (RAY_ADDRESS), one engine each")
     p.set_defaults(func=cmd_trajectories)

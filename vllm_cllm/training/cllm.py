@@ -33,6 +33,7 @@ class CllmConfig:
     block_size: int = 16
     ar_weight: float = 1.0  # ω; CLLM's code uses 10 with label smoothing, see README
     consistency: str = "global"  # or "local"
+    consistency_window: int = 0  # >0: loss on the first w positions after a state diverges
     learning_rate: float = 1e-4
     epochs: float = 1.0
     batch_size: int = 1  # prompts per device step (each is one packed row)
@@ -51,10 +52,10 @@ class TrajectoryDataset(torch.utils.data.Dataset):
     """One item per prompt: all its records packed into one row (see :mod:`.packing`)."""
 
     def __init__(self, records: list[TrajectoryRecord], consistency: str = "global",
-                 states_per_block: int = 0, seed: int = 0) -> None:
+                 states_per_block: int = 0, seed: int = 0, window: int = 0) -> None:
         self.groups = group_by_prompt(records)
         self.options = {"consistency": consistency, "states_per_block": states_per_block,
-                        "seed": seed}
+                        "seed": seed, "window": window}
 
     def __len__(self) -> int:
         return len(self.groups)
@@ -122,7 +123,8 @@ def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | 
     trainer_cls = logging_trainer_class(lambda m, batch: cllm_loss(m, batch, config.ar_weight))
     trainer = trainer_cls(model=model, args=training_arguments(out, config),
                           train_dataset=TrajectoryDataset(records, config.consistency,
-                                                        config.states_per_block, config.seed),
+                                                        config.states_per_block, config.seed,
+                                                        config.consistency_window),
                           data_collator=lambda items: collate(items, pad_id))
     return train_and_save(trainer, model, tokenizer, out, lora=bool(config.lora_rank),
                           resume=resume)

@@ -29,14 +29,20 @@ def ar_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
                            ignore_index=-100)
 
 
-def block_mask(states: torch.Tensor, fixed: torch.Tensor) -> torch.Tensor:
+def block_mask(states: torch.Tensor, fixed: torch.Tensor, window: int = 0) -> torch.Tensor:
     """Positions after the first token where a state differs from the fixed point.
 
     Before and at that token the student's prefix equals the teacher's, so the two
-    distributions are identical (CLLM's rule: no loss on identical logits).
+    distributions are identical (CLLM's rule: no loss on identical logits). ``window`` > 0
+    keeps only the first ``window`` positions after it: a Jacobi step accepts a token only if
+    every earlier one was accepted, so the positions right behind the first wrong token are
+    the ones that buy speed, and far ones (nearly unpredictable) would dominate the mean.
     """
     differs = states != fixed
     first = torch.where(differs.any(-1), differs.float().argmax(-1),
                         torch.full_like(differs[:, 0], states.shape[-1], dtype=torch.long))
-    positions = torch.arange(states.shape[-1], device=states.device)
-    return positions.unsqueeze(0) > first.unsqueeze(-1)
+    positions = torch.arange(states.shape[-1], device=states.device).unsqueeze(0)
+    after = positions > first.unsqueeze(-1)
+    if window > 0:
+        after &= positions <= first.unsqueeze(-1) + window
+    return after

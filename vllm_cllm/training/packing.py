@@ -61,8 +61,9 @@ def _state_pairs(records: list[TrajectoryRecord], consistency: str, states_per_b
 
 
 def pack_prompt(records: list[TrajectoryRecord], *, consistency: str = "global",
-                states_per_block: int = 0, seed: int = 0) -> PackedExample:
-    """Pack all records of one prompt (they share prompt and greedy answer)."""
+                states_per_block: int = 0, seed: int = 0, window: int = 0) -> PackedExample:
+    """Pack all records of one prompt (they share prompt and greedy answer); ``window``: see
+    :func:`~vllm_cllm.training.losses.block_mask`."""
     first = records[0]
     clean = first.context_ids[:first.prompt_len] + first.answer_ids
     n = len(first.fixed_point)
@@ -101,7 +102,8 @@ def pack_prompt(records: list[TrajectoryRecord], *, consistency: str = "global",
     # block position 0 is predicted from the context alone: the loss covers positions 1..n-1
     loss_mask = block_mask(
         torch.tensor([state for _, state, _ in pairs], dtype=torch.long).reshape(-1, n),
-        torch.tensor([target for _, _, target in pairs], dtype=torch.long).reshape(-1, n))[:, 1:]
+        torch.tensor([target for _, _, target in pairs], dtype=torch.long).reshape(-1, n),
+        window)[:, 1:]
     return PackedExample(
         input_ids=torch.tensor(ids), position_ids=torch.tensor(positions), attention=attention,
         student_index=torch.tensor(student_index, dtype=torch.long).reshape(-1, n - 1),
