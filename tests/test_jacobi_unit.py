@@ -104,20 +104,60 @@ def test_hybrid_prefers_the_source_that_matched():
     state = HybridState()
     jacobi, ngram = np.array([1, 2, 3]), np.array([7, 8, 9])
     for _ in range(3):
-        state.choose(jacobi, ngram)
+        state.choose({"model": jacobi, "ngram": ngram})
         state.update([1, 2, 3, 4])  # the Jacobi draft was right
-    assert state.choose(jacobi, ngram) is jacobi
+    assert state.choose({"model": jacobi, "ngram": ngram}) is jacobi
     assert matched_prefix(np.array([1, 2, 5]), [1, 2, 3]) == 2
+
+
+def test_hybrid_switches_to_a_third_source_that_keeps_matching():
+    state = HybridState()
+    tail, ngram, pool = np.array([1, 2, 3]), np.array([7, 8, 9]), np.array([4, 5, 6])
+    for _ in range(6):
+        state.choose({"model": tail, "ngram": ngram, "pool": pool})
+        state.update([4, 5, 6, 1])  # only the recycled iterate was right
+    assert state.choose({"model": tail, "ngram": ngram, "pool": pool}) is pool
+    empty = np.empty(0, dtype=np.int64)
+    state.update([9])  # a step where no source matched...
+    state.choose({"model": tail, "ngram": ngram, "pool": empty})
+    state.update([9])  # ...and one where the pool had nothing: its score is kept
+    assert state.scores["pool"] > state.scores["ngram"]
 
 
 def test_hybrid_probes_a_useless_tail_with_a_short_draft():
     state = HybridState()
     jacobi, empty = np.arange(10, 18), np.empty(0, dtype=np.int64)
-    assert len(state.choose(jacobi, empty)) == 8  # optimistic start: a CLLM drafts in full
+    assert len(state.choose({"model": jacobi, "ngram": empty})) == 8  # optimistic start
     for _ in range(5):
-        state.choose(jacobi, empty)
+        state.choose({"model": jacobi, "ngram": empty})
         state.update([1, 2, 3])  # the tail never matches
-    assert len(state.choose(jacobi, empty)) == 2
+    assert len(state.choose({"model": jacobi, "ngram": empty})) == 2
+
+
+def test_pool_continues_the_context_from_a_recent_iterate():
+    from vllm_cllm.fill import pool_continuation
+
+    pool = [np.array([5, 6, 7, 8, 9]), np.array([1, 2, 3, 4])]
+    # longest suffix first: "2 3" occurs in the newest stream, so its continuation wins
+    assert pool_continuation(np.array([9, 2, 3]), pool, 4, 5).tolist() == [4]
+    # one token is enough when nothing longer matches; older streams are searched too
+    assert pool_continuation(np.array([0, 6]), pool, 4, 2).tolist() == [7, 8]
+    assert len(pool_continuation(np.array([0, 42]), pool, 4, 2)) == 0
+    assert len(pool_continuation(np.array([0, 4]), pool, 4, 2)) == 0  # nothing after it
+
+
+def test_proposer_drafts_from_its_pool_of_recent_iterates():
+    """The proposer keeps each request's recent Jacobi iterates (last committed token + tail)
+    and, once the pool has matched better than the other sources, drafts its continuation."""
+    proposer = _proposer(k=3, fill="hybrid")
+    state = proposer._request("a", [1])
+    state.pool.append(np.array([2, 30, 31, 32]))
+    state.hybrid.scores.update({"model": 0.0, "ngram": 0.0, "pool": 2.0})
+    tokens = np.zeros((1, 20), dtype=np.int64)
+    tokens[0, :3] = [5, 6, 30]  # committed "... 30": the pool stream continues with 31 32
+    draft = proposer._draft(0, [30], 3, state, None, np.array([3]), tokens)
+    assert draft.tolist() == [31, 32]
+    assert len(state.pool) == 1  # no tail this step: nothing new to recycle
 
 
 def test_hybrid_state_is_dropped_when_request_leaves():

@@ -269,8 +269,7 @@ def test_hybrid_prefers_ngrams_for_a_request_whose_mask_guesses_keep_missing():
     proposer.hybrid = proposer.fill = NgramFill(2, 2, 100)
     tokens = np.zeros((1, 100), dtype=np.int64)
     tokens[0, :6] = [1, 2, 3, 4, 1, 2]  # n-gram lookup alone continues "1 2" with "3 4 1"
-    proposer.request_state["r"] = SpaceRequest(0, HybridState(jacobi_score=0.1,
-                                                              ngram_score=1.5))
+    proposer.request_state["r"] = SpaceRequest(0, HybridState({"model": 0.1, "ngram": 1.5}))
     proposer.predictions = VerifyPredictions(["r"], np.array([2, 42, 43, 44]),
                                              np.array([0, 4]))
     assert proposer.propose([[2]], np.array([6]), tokens) == [[3, 4, 1] + [MASK] * 3]

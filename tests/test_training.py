@@ -88,6 +88,60 @@ def test_block_mask_starts_after_first_difference():
     assert block_mask(fixed, fixed, window=2).tolist() == [[False] * 4]  # nothing differs
 
 
+def test_position_weights_decay_behind_the_first_wrong_token():
+    from vllm_cllm.training.losses import position_weights
+
+    mask = torch.tensor([[False, True, True, True], [False, False, False, False]])
+    assert position_weights(mask, 0.5).tolist() == [[0.0, 1.0, 0.5, 0.25], [0.0] * 4]
+    assert torch.equal(position_weights(mask, 1.0), mask.float())
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_base_anchor_teaches_the_untrained_model_its_own_clean_output(tiny, tiny_path,
+                                                                       lora_rank):
+    """Before training, the frozen base's teacher equals the model's own clean output: the AR
+    anchor (KL to the base on the clean answer) is zero and both anchors give the same
+    consistency loss; the gradient reaches the student only."""
+    from transformers import AutoModelForCausalLM
+
+    from vllm_cllm.training.cllm import CllmConfig, cllm_loss, collate
+    from vllm_cllm.training.packing import pack_prompt
+    from vllm_cllm.training.trainer import with_lora
+
+    _, prompt, answer = tiny
+    records = build_records(0, prompt, answer, n=N, mode="noise", seed=3, max_states=3)
+    short = build_records(0, prompt, answer[:2 * N], n=N, mode="noise", seed=4, max_states=2)
+    batch = collate([pack_prompt(records), pack_prompt(short)])  # clean parts of two widths
+    model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32)
+    base = None
+    if lora_rank:
+        model = with_lora(model, lora_rank, lora_rank)
+    else:
+        base = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32).eval()
+    anchored, parts = cllm_loss(model, batch, CllmConfig(anchor="base", ar_weight=1.0), base)
+    _, own = cllm_loss(model, batch, CllmConfig(anchor="self", ar_weight=1.0))
+    assert parts["ar"] == pytest.approx(0.0, abs=1e-5)
+    assert parts["consistency"] == pytest.approx(own["consistency"], rel=1e-4)
+    assert parts["consistency"] > 0
+    anchored.backward()
+    assert any(p.grad is not None for p in model.parameters() if p.requires_grad)
+    assert base is None or all(p.grad is None for p in base.parameters())
+
+
+def test_margin_hinge_pushes_only_where_the_greedy_token_barely_wins():
+    from vllm_cllm.training.cllm import greedy_margin_hinge
+
+    logits = torch.zeros(1, 3, 5, requires_grad=True)
+    with torch.no_grad():
+        logits[0, 0, 1] = 5.0  # predicts label 1 by a margin of 5
+        logits[0, 1, 2], logits[0, 1, 3] = 1.0, 0.5  # label 2 wins by only 0.5
+    labels = torch.tensor([[-100, 1, 2]])  # logits at t are scored against labels[t + 1]
+    hinge = greedy_margin_hinge(logits, labels, margin=2.0)
+    assert hinge.item() == pytest.approx((0.0 + 1.5) / 2)
+    hinge.backward()
+    assert logits.grad[0, 0].abs().sum() == 0 and logits.grad[0, 1, 2] < 0
+
+
 def test_ar_loss_matches_transformers(tiny):
     model, prompt, answer = tiny
     ids = torch.tensor([prompt + answer])
@@ -226,3 +280,29 @@ def test_onpolicy_states_are_recorded_from_a_real_engine(tiny_path, tmp_path):
         assert r.context_ids == clean[:start] and r.fixed_point == clean[start:start + 5]
         assert r.states[0] != r.fixed_point and len(r.states[0]) == 5
     assert {r.prompt_id for r in records} <= {0, 1}
+
+
+def test_window_packs_only_the_tokens_its_loss_reads(tiny):
+    """With a window, a state is packed up to the last token its loss positions read, and the
+    packed logits at those positions still equal separate context + state forwards."""
+    from vllm_cllm.training.cllm import collate
+    from vllm_cllm.training.packing import pack_prompt
+
+    model, prompt, answer = tiny
+    records = build_records(0, prompt, answer, n=N, mode="noise", seed=3, max_states=3)
+    full, windowed = pack_prompt(records), pack_prompt(records, window=2)
+    assert len(windowed.input_ids) < len(full.input_ids)
+    batch = collate([windowed])
+    with torch.no_grad():
+        flat = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
+                     attention_mask=batch["attention_mask"]).logits[0]
+    rows = 0
+    for r in records:
+        for state in r.states:
+            ref = model(input_ids=torch.tensor([r.context_ids + state])).logits[0]
+            start = len(r.context_ids)
+            keep = windowed.loss_mask[rows]
+            assert 0 < keep.sum() <= 2
+            torch.testing.assert_close(flat[windowed.student_index[rows][keep]],
+                                       ref[start:start + N - 1][keep], atol=1e-4, rtol=1e-4)
+            rows += 1

@@ -40,6 +40,27 @@ def longest_ngram_continuation(context: np.ndarray, ngram_min: int, ngram_max: i
     return context[:0]
 
 
+def pool_continuation(context: np.ndarray, pool: list[np.ndarray], ngram_max: int,
+                      num_tokens: int) -> np.ndarray:
+    """What followed the context's longest suffix (``ngram_max`` down to 1 token) inside one
+    of ``pool``'s token streams, the most recent stream first.
+
+    The pool holds the request's recent Jacobi iterates: guesses for positions it has not
+    committed yet, which often turn out right a step or two later, after a correction.
+    """
+    for n in range(min(ngram_max, len(context)), 0, -1):
+        key = context[len(context) - n:]
+        for stream in reversed(pool):
+            if len(stream) <= n:
+                continue
+            windows = np.lib.stride_tricks.sliding_window_view(stream[:len(stream) - 1], n)
+            hits = np.flatnonzero((windows == key).all(axis=1))
+            if len(hits):
+                start = int(hits[0]) + n
+                return stream[start:start + num_tokens]
+    return context[:0]
+
+
 class NgramFill:
     """Continue the longest suffix n-gram that already occurred in the request's tokens."""
 

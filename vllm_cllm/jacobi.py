@@ -16,7 +16,7 @@ import numpy as np
 
 from vllm_cllm.adaptive import AcceptanceRate, draft_lengths
 from vllm_cllm.capture import SelfDraftingProposer, VerifyPredictions
-from vllm_cllm.fill import Fill, NgramFill, RandomContextFill, make_fill
+from vllm_cllm.fill import Fill, NgramFill, RandomContextFill, make_fill, pool_continuation
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -42,24 +42,31 @@ def matched_prefix(candidate: np.ndarray, committed: list[int]) -> int:
     return int(mismatch[0]) if len(mismatch) else n
 
 
-#: Below this expected match length the Jacobi draft is cut to a short probe: verifying k
-#: tokens that are almost never accepted costs time (the base model's tail is ~5 % right),
+#: Below this expected match length the model's own draft is cut to a short probe: verifying
+#: k tokens that are almost never accepted costs time (the base model's tail is ~5 % right),
 #: while a probe keeps measuring the tail (a CLLM's tail scores far above it).
 PROBE_BELOW = 0.5
 PROBE_TOKENS = 2
+#: The model's own draft (Jacobi tail + fill, or SPACE's candidates) is the source named
+#: here; it starts optimistic so that a CLLM's tail is drafted in full at once.
+MODEL_SOURCE = "model"
+
+
+def _initial_scores() -> dict[str, float]:
+    return {MODEL_SOURCE: 1.0}
 
 
 @dataclass
 class HybridState:
     """Per-request record of how well each draft source has predicted committed tokens.
 
-    The Jacobi score starts optimistic so that a CLLM's tail is drafted in full at once.
+    Sources are named (``model``, ``ngram``, ``pool``); a source seen for the first time
+    starts at 0. Each step the best-scoring source that has a draft is drafted; ties go to
+    the source listed first.
     """
 
-    jacobi_score: float = 1.0
-    ngram_score: float = 0.0
-    last_jacobi: np.ndarray = field(default_factory=lambda: _EMPTY)
-    last_ngram: np.ndarray = field(default_factory=lambda: _EMPTY)
+    scores: dict[str, float] = field(default_factory=_initial_scores)
+    proposed: dict[str, np.ndarray] = field(default_factory=dict)
 
     def update(self, committed: list[int], decay: float = 0.7) -> None:
         """Score each source on the steps where it proposed something.
@@ -67,26 +74,34 @@ class HybridState:
         A step where the n-gram lookup found no match says nothing about how good its matches
         are; counting it as 0 would hand the draft to the Jacobi tail right when a match shows up.
         """
-        if len(self.last_jacobi):
-            self.jacobi_score = decay * self.jacobi_score + (1 - decay) * matched_prefix(
-                self.last_jacobi, committed)
-        if len(self.last_ngram):
-            self.ngram_score = decay * self.ngram_score + (1 - decay) * matched_prefix(
-                self.last_ngram, committed)
+        for name, draft in self.proposed.items():
+            if len(draft):
+                self.scores[name] = decay * self.scores.get(name, 0.0) + (1 - decay) * \
+                    matched_prefix(draft, committed)
+        self.proposed = {}
 
-    def choose(self, jacobi: np.ndarray, ngram: np.ndarray) -> np.ndarray:
-        self.last_jacobi, self.last_ngram = jacobi, ngram
-        if len(ngram) and self.ngram_score >= self.jacobi_score:
-            return ngram
-        return jacobi if self.jacobi_score >= PROBE_BELOW else jacobi[:PROBE_TOKENS]
+    def choose(self, candidates: dict[str, np.ndarray]) -> np.ndarray:
+        """The draft of the best source; the model's own is cut to a probe while it misses."""
+        self.proposed = candidates
+        ranked = [name for name, draft in candidates.items() if len(draft)]
+        if not ranked:
+            return _EMPTY
+        best = max(ranked, key=lambda name: (self.scores.get(name, 0.0), -ranked.index(name)))
+        draft = candidates[best]
+        if best == MODEL_SOURCE and self.scores[MODEL_SOURCE] < PROBE_BELOW:
+            return draft[:PROBE_TOKENS]
+        return draft
 
 
 @dataclass
 class JacobiRequest:
-    """What the proposer remembers about one running request (dropped when it leaves)."""
+    """What the proposer remembers about one running request (dropped when it leaves):
+    the hybrid fill's source scores, its acceptance rate (adaptive k) and its recent Jacobi
+    iterates (the pool source), each a stream starting at the last committed token."""
 
     hybrid: HybridState = field(default_factory=HybridState)
     rate: AcceptanceRate = field(default_factory=AcceptanceRate)
+    pool: list[np.ndarray] = field(default_factory=list)
 
 
 class JacobiProposer(SelfDraftingProposer):
@@ -133,10 +148,17 @@ class JacobiProposer(SelfDraftingProposer):
         tail = predictions.next_block(i, len(sampled)) if predictions is not None else _EMPTY
         context = token_ids_cpu[i, :int(num_tokens_no_spec[i])]
         draft = next_draft(tail, context, room, self.fill, self.restart)
-        if state is not None and self.options.fill == "hybrid":
-            draft = state.hybrid.choose(draft, np.asarray(self.fill(context, room),
-                                                          dtype=np.int64))
-        return draft
+        if state is None or self.options.fill != "hybrid":
+            return draft
+        candidates = {MODEL_SOURCE: draft,
+                      "ngram": np.asarray(self.fill(context, room), dtype=np.int64)}
+        if self.options.pool_size:
+            candidates["pool"] = np.asarray(pool_continuation(
+                context, state.pool, self.options.ngram_max, room), dtype=np.int64)
+            if len(tail):
+                state.pool.append(np.concatenate([context[-1:], tail]))
+                del state.pool[:-self.options.pool_size]
+        return state.hybrid.choose(candidates)
 
     def _request(self, req_id: str, sampled: list[int]) -> JacobiRequest:
         """The request's state, updated with what the last step committed (``sampled``)."""
@@ -146,5 +168,4 @@ class JacobiProposer(SelfDraftingProposer):
         else:
             state.hybrid.update(sampled)
             state.rate.observe(len(sampled) - 1)
-            state.hybrid.last_jacobi = state.hybrid.last_ngram = _EMPTY  # until it drafts again
         return state

@@ -23,7 +23,8 @@ FILL_POLICIES = ("hybrid", "ngram", "tail", "random")
 SPACE_FILL_POLICIES = ("ngram", "masks", "hybrid", "tail")
 #: Options each method accepts besides num_speculative_tokens.
 METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
-    "jacobi": ("fill", "ngram_min", "ngram_max", "seed", "adaptive", "knee_tokens"),
+    "jacobi": ("fill", "ngram_min", "ngram_max", "seed", "adaptive", "knee_tokens",
+               "pool_size"),
     "space": ("fill", "ngram_min", "ngram_max", "mask_token_id"),
 }
 
@@ -51,6 +52,9 @@ class ProposerOptions:
       acceptance (vllm_cllm/adaptive.py) instead of always drafting k.
     knee_tokens: the adaptive cost model's knee — query tokens at which a forward costs twice
       a one-token decode step (default: 16 on CPU, 256 on GPUs).
+    pool_size: with ``hybrid``, how many of the request's recent Jacobi iterates are kept as a
+      third draft source (Lookahead's n-gram pool, Jacobi Forcing's rejection recycling);
+      0 turns it off.
     mask_token_id (``space``): the checkpoint's mask token, from its config unless given.
     For ``space``, num_speculative_tokens is k, the candidates per step; vLLM verifies 2k
     draft slots (k candidates + k masks).
@@ -64,6 +68,7 @@ class ProposerOptions:
     seed: int = 0
     adaptive: bool = False
     knee_tokens: int = 16
+    pool_size: int = 8
     mask_token_id: int | None = None
 
     @property
@@ -125,10 +130,11 @@ def parse_options(spec: dict[str, Any], max_k: int, hf_config: Any = None) -> Pr
         raise ConfigError(f"vllm-cllm: adaptive must be true or false; got {adaptive!r}")
     knee_tokens = _int_in("knee_tokens", spec.get("knee_tokens", default_knee_tokens()), 1,
                           1 << 20)
+    pool_size = _int_in("pool_size", spec.get("pool_size", ProposerOptions.pool_size), 0, 64)
     mask_token_id = _mask_token_id(spec, hf_config) if method == "space" else None
     return ProposerOptions(method=method, num_speculative_tokens=k, fill=fill,
                            ngram_min=ngram_min, ngram_max=ngram_max, seed=seed,
-                           adaptive=adaptive, knee_tokens=knee_tokens,
+                           adaptive=adaptive, knee_tokens=knee_tokens, pool_size=pool_size,
                            mask_token_id=mask_token_id)
 
 

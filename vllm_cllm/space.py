@@ -35,7 +35,7 @@ import numpy as np
 
 from vllm_cllm.capture import SelfDraftingProposer, shifted_block
 from vllm_cllm.fill import Fill, NgramFill, NoFill
-from vllm_cllm.jacobi import HybridState, next_draft
+from vllm_cllm.jacobi import MODEL_SOURCE, HybridState, next_draft
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -130,8 +130,9 @@ class SpaceProposer(SelfDraftingProposer):
             elif state.scores is not None:
                 state.scores.update(sampled)
             if state.scores is not None:
-                candidates = state.scores.choose(candidates,
-                                                 np.asarray(self.hybrid(context, k), np.int64))
+                candidates = state.scores.choose({
+                    MODEL_SOURCE: candidates,
+                    "ngram": np.asarray(self.hybrid(context, k), np.int64)})
             state.last_candidates = len(candidates)
             if req_id is not None:
                 self.request_state[req_id] = state

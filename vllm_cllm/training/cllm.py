@@ -2,9 +2,19 @@
 
 Each training example is one prompt: its greedy answer and the noisy states of every block,
 packed into one forward (:mod:`.packing`). The student sees context + noisy block, the
-teacher (same model, stop-gradient) context + fixed point. Loss:
-``consistency (global: noisy state vs fixed point; local: vs the next state) + ω · AR``,
-where the AR loss is next-token cross-entropy on the greedy answer (CLLM's collapse guard).
+teacher context + fixed point. Loss:
+``consistency (global: noisy state vs fixed point; local: vs the next state) + ω · AR``.
+
+Two teachers (``anchor``):
+
+* ``self`` (default, CLLM's code): the model's own stop-gradient output at the fixed point;
+  the AR loss is next-token cross-entropy on the greedy answer (CLLM's collapse guard);
+* ``base``: the frozen base model's output on the clean sequence, for both terms —
+  consistency pulls the student on a noisy state towards it, and the AR term is
+  KL(base || student) on the clean answer. The clean behaviour stays the base model's whole
+  distribution rather than only its greedy tokens, so the model cannot drift into repeating
+  itself while the consistency term is pushed hard (one extra no-grad forward of the clean
+  part; with LoRA the base is the same weights with the adapter switched off).
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ from typing import Any
 import torch
 
 from vllm_cllm.training.batching import pad_packed_rows
-from vllm_cllm.training.losses import ar_loss, consistency_loss
+from vllm_cllm.training.losses import ar_loss, consistency_loss, position_weights
 from vllm_cllm.training.packing import PackedExample, group_by_prompt, pack_prompt
 from vllm_cllm.training.trainer import (
     logging_trainer_class,
@@ -34,6 +44,10 @@ class CllmConfig:
     ar_weight: float = 1.0  # ω; CLLM's code uses 10 with label smoothing, see README
     consistency: str = "global"  # or "local"
     consistency_window: int = 0  # >0: loss on the first w positions after a state diverges
+    position_decay: float = 1.0  # weight decay**j for the j-th position behind the divergence
+    anchor: str = "self"  # teacher: "self" (CLLM's) or "base" (frozen base; see module docs)
+    margin_weight: float = 0.0  # hinge on the greedy token's logit margin on the clean answer
+    margin: float = 2.0  # the margin (logits) below which the hinge pushes
     learning_rate: float = 1e-4
     epochs: float = 1.0
     batch_size: int = 1  # prompts per device step (each is one packed row)
@@ -72,7 +86,7 @@ def collate(examples: list[PackedExample], pad_id: int = 0) -> dict[str, torch.T
         labels[e.answer_start:e.clean_len] = e.input_ids[e.answer_start:e.clean_len]
         rows.append((e.input_ids, e.position_ids, labels, e.attention))
     batch, width = pad_packed_rows(rows, pad_id)
-    return {**batch,
+    return {**batch, "clean_width": torch.tensor(max(e.clean_len for e in examples)),
             "student_index": torch.cat([e.student_index + b * width
                                         for b, e in enumerate(examples)]),
             "teacher_index": torch.cat([e.teacher_index + b * width
@@ -80,27 +94,79 @@ def collate(examples: list[PackedExample], pad_id: int = 0) -> dict[str, torch.T
             "loss_mask": torch.cat([e.loss_mask for e in examples])}
 
 
-def cllm_loss(model: Any, batch: dict[str, torch.Tensor], ar_weight: float
-              ) -> tuple[torch.Tensor, dict[str, float]]:
+def greedy_margin_hinge(logits: torch.Tensor, labels: torch.Tensor, margin: float
+                        ) -> torch.Tensor:
+    """Mean of relu(margin - (z_label - max other z)) over the labelled next-token positions:
+    zero wherever the greedy answer's token already wins by ``margin``, so it protects the
+    greedy output at near-ties without pulling on confident positions."""
+    shifted, target = logits[:, :-1].float(), labels[:, 1:]
+    keep = target != -100
+    z = shifted[keep]
+    gold = z.gather(-1, target[keep].unsqueeze(-1)).squeeze(-1)
+    other = z.scatter(-1, target[keep].unsqueeze(-1), float("-inf")).max(-1).values
+    return torch.relu(margin - (gold - other)).mean()
+
+
+def _base_logits(model: Any, batch: dict[str, torch.Tensor], base: Any) -> torch.Tensor:
+    """The frozen base model's logits on the clean part of every row, [B, W, V].
+
+    Packed rows start with their clean sequence under causal attention (W = the widest one),
+    and clean tokens attend to clean tokens only, so the top-left [W, W] block of the batch
+    gives them exactly; a shorter row's state tokens inside it are computed and ignored.
+    """
+    width = int(batch["clean_width"])
+    inputs = {"input_ids": batch["input_ids"][:, :width],
+              "position_ids": batch["position_ids"][:, :width],
+              "attention_mask": batch["attention_mask"][:, :, :width, :width]}
+    with torch.no_grad():
+        if base is not None:
+            return base(**inputs).logits
+        peft_model = getattr(model, "module", model)  # unwrap a distributed wrapper
+        with peft_model.disable_adapter():  # LoRA: the base is these weights, adapter off
+            return model(**inputs).logits
+
+
+def cllm_loss(model: Any, batch: dict[str, torch.Tensor], config: CllmConfig,
+              base: Any = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Consistency + ω·AR from one packed forward; also returns the parts for logging.
 
-    ``fixed_point_accuracy`` is the share of loss positions where the student's argmax on a
-    noisy state already is the fixed-point token: what a Jacobi step on such a state accepts.
+    ``config.anchor == "base"``: teachers from the frozen base (``base``, or ``model`` with its
+    LoRA adapter disabled). ``fixed_point_accuracy`` is the share of loss positions where the
+    student's argmax on a noisy state equals the teacher's: what a Jacobi step accepts there.
     """
     logits = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
                    attention_mask=batch["attention_mask"]).logits
     flat = logits.reshape(-1, logits.shape[-1])
     student = flat[batch["student_index"]]
-    teacher = flat[batch["teacher_index"]]
     mask = batch["loss_mask"]
-    consistency = consistency_loss(student, teacher, mask)
-    ar = ar_loss(logits, batch["labels"])
-    total = consistency + ar_weight * ar
+    weights = position_weights(mask, config.position_decay)
+    if config.anchor == "base":
+        reference = _base_logits(model, batch, base)
+        width, row_width = reference.shape[1], logits.shape[1]
+        index = batch["teacher_index"]
+        teacher = reference.reshape(-1, reference.shape[-1])[
+            (index // row_width) * width + index % row_width]
+        answer = batch["labels"][:, 1:width] != -100  # logits at t predict the token t + 1
+        ar = consistency_loss(logits[:, :width - 1][answer], reference[:, :-1][answer],
+                              torch.ones(int(answer.sum()), dtype=torch.bool))
+    else:
+        teacher = flat[batch["teacher_index"]]
+        ar = ar_loss(logits, batch["labels"])
+    consistency = consistency_loss(student, teacher, weights)
+    total = consistency + config.ar_weight * ar
+    parts = {}
+    if config.margin_weight:
+        hinge = greedy_margin_hinge(logits, batch["labels"], config.margin)
+        total = total + config.margin_weight * hinge
+        parts["margin"] = float(hinge.detach())
     with torch.no_grad():
         hits = (student.argmax(-1) == teacher.argmax(-1)) & mask
         accuracy = hits.sum() / mask.sum().clamp_min(1)
-    return total, {"consistency": float(consistency.detach()), "ar": float(ar.detach()),
-                   "fixed_point_accuracy": float(accuracy)}
+        first = mask & (torch.cumsum(mask.long(), dim=-1) == 1)
+        first_accuracy = (hits & first).sum() / first.sum().clamp_min(1)
+    return total, {**parts, "consistency": float(consistency.detach()), "ar": float(ar.detach()),
+                   "fixed_point_accuracy": float(accuracy),
+                   "first_position_accuracy": float(first_accuracy)}
 
 
 def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | Path,
@@ -119,8 +185,17 @@ def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | 
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32)
     if config.lora_rank:
         model = with_lora(model, config.lora_rank, config.lora_alpha)
+    if config.anchor not in ("base", "self"):
+        raise ValueError(f"anchor must be 'base' or 'self'; got {config.anchor!r}")
+    if config.anchor == "base" and config.consistency != "global":
+        raise ValueError("anchor 'base' needs the global consistency loss (the base model's "
+                         "teacher is its output on the clean sequence)")
+    base = None
+    if config.anchor == "base" and not config.lora_rank:  # a frozen copy for full fine-tunes
+        base = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32).eval()
+        base.requires_grad_(False)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    trainer_cls = logging_trainer_class(lambda m, batch: cllm_loss(m, batch, config.ar_weight))
+    trainer_cls = logging_trainer_class(lambda m, batch: cllm_loss(m, batch, config, base))
     trainer = trainer_cls(model=model, args=training_arguments(out, config),
                           train_dataset=TrajectoryDataset(records, config.consistency,
                                                         config.states_per_block, config.seed,

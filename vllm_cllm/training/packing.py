@@ -62,8 +62,12 @@ def _state_pairs(records: list[TrajectoryRecord], consistency: str, states_per_b
 
 def pack_prompt(records: list[TrajectoryRecord], *, consistency: str = "global",
                 states_per_block: int = 0, seed: int = 0, window: int = 0) -> PackedExample:
-    """Pack all records of one prompt (they share prompt and greedy answer); ``window``: see
-    :func:`~vllm_cllm.training.losses.block_mask`."""
+    """Pack all records of one prompt (they share prompt and greedy answer).
+
+    ``window`` > 0 (see :func:`~vllm_cllm.training.losses.block_mask`): the loss covers the
+    first ``window`` positions behind a state's first wrong token, so only the state tokens
+    those positions read are packed — more states per forward for the same compute.
+    """
     first = records[0]
     clean = first.context_ids[:first.prompt_len] + first.answer_ids
     n = len(first.fixed_point)
@@ -85,8 +89,14 @@ def pack_prompt(records: list[TrajectoryRecord], *, consistency: str = "global",
         if r.context_ids != clean[:start] or r.fixed_point != clean[start:start + n]:
             raise ValueError(f"prompt {r.prompt_id} block {r.block}: record does not match "
                              "its prompt's greedy answer")
-        row = append(start, state[:n - 1])
-        student_index.append(range(row, row + n - 1))
+        length = n - 1
+        if window > 0:
+            wrong = next((i for i in range(n) if state[i] != target[i]), n)
+            length = max(1, min(n - 1, wrong + window))
+        row = append(start, state[:length])
+        # positions past the packed tokens are outside the window's loss mask; they point at
+        # the segment's last row only to keep the index rectangular
+        student_index.append([row + min(j, length - 1) for j in range(n - 1)])
         # the clean logits at start..start+n-2 predict the fixed point's positions 1..n-1;
         # a separate teacher segment is needed only for another target (local loss)
         teacher_row = start if target == r.fixed_point else append(start, target[:n - 1])
