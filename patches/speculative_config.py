@@ -14,6 +14,7 @@ import re
 import typing
 from typing import Any
 
+from vllm_cllm.errors import ConfigError
 from vllm_cllm.options import ADDITIONAL_CONFIG_KEY, METHODS, VLLM_KEYS, parse_options
 
 from . import PatchGroup, Wrap, has_params
@@ -26,6 +27,16 @@ def max_draft_tokens() -> int:
     from vllm.v1.sample import rejection_sampler
 
     return int(rejection_sampler.MAX_SPEC_LEN)
+
+
+def speculative_config_fields() -> set[str]:
+    """The fields of this vLLM's ``SpeculativeConfig`` (our pass-through keys must be among
+    them: vLLM's set changes between versions)."""
+    from vllm.config.speculative import SpeculativeConfig
+
+    fields = getattr(SpeculativeConfig, "__dataclass_fields__", None) or getattr(
+        SpeculativeConfig, "model_fields", {})
+    return set(fields)
 
 
 def _method_from_model(model: Any) -> str | None:
@@ -64,6 +75,12 @@ def rewrite_speculative_args(engine_args: Any, target_model_config: Any = None) 
     options = parse_options(spec, max_draft_tokens(),
                             getattr(target_model_config, "hf_config", None))
     vllm_spec = {k: v for k, v in spec.items() if k in VLLM_KEYS}
+    missing = sorted(set(vllm_spec) - speculative_config_fields())
+    if missing:
+        from . import vllm_version
+
+        raise ConfigError(f"vllm-cllm: vLLM {vllm_version()} has no speculative option "
+                          f"{', '.join(map(repr, missing))}; remove it from the config")
     vllm_spec.update(method="custom_class", model=METHODS[options.method],
                      num_speculative_tokens=options.vllm_draft_tokens)
     engine_args.speculative_config = vllm_spec

@@ -64,6 +64,17 @@ def test_bad_option_fails_at_config_time(tiny_path):
                                                       "num_speculative_tokens": 4, "k": 3})
 
 
+def test_vllm_keys_pass_through_or_are_refused_by_name(tiny_path):
+    """vLLM's own speculative keys reach its SpeculativeConfig; one this vLLM does not have
+    is refused before the engine starts, naming the key and the vLLM version."""
+    config = _engine_config(tiny_path, speculative_config={
+        "method": "jacobi", "num_speculative_tokens": 4, "max_model_len": 256})
+    assert config.speculative_config.max_model_len == 256
+    with pytest.raises(ConfigError, match=r"vLLM \S+ has no speculative option 'disable_by_"):
+        _engine_config(tiny_path, speculative_config={
+            "method": "jacobi", "num_speculative_tokens": 4, "disable_by_batch_size": 4})
+
+
 def test_other_methods_are_untouched(tiny_path):
     config = _engine_config(tiny_path, speculative_config={
         "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3})

@@ -151,13 +151,13 @@ def test_proposer_drafts_from_its_pool_of_recent_iterates():
     and, once the pool has matched better than the other sources, drafts its continuation."""
     proposer = _proposer(k=3, fill="hybrid")
     state = proposer._request("a", [1])
-    state.pool.append(np.array([2, 30, 31, 32]))
+    state.hybrid.pool.append(np.array([2, 30, 31, 32]))
     state.hybrid.scores.update({"model": 0.0, "ngram": 0.0, "pool": 2.0})
     tokens = np.zeros((1, 20), dtype=np.int64)
     tokens[0, :3] = [5, 6, 30]  # committed "... 30": the pool stream continues with 31 32
     draft = proposer._draft(0, [30], 3, state, None, np.array([3]), tokens)
     assert draft.tolist() == [31, 32]
-    assert len(state.pool) == 1  # no tail this step: nothing new to recycle
+    assert len(state.hybrid.pool) == 1  # no tail this step: nothing new to recycle
 
 
 def test_hybrid_state_is_dropped_when_request_leaves():

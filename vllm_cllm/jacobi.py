@@ -17,6 +17,7 @@ import numpy as np
 from vllm_cllm.adaptive import AcceptanceRate, draft_lengths
 from vllm_cllm.capture import SelfDraftingProposer, VerifyPredictions
 from vllm_cllm.fill import Fill, NgramFill, RandomContextFill, make_fill, pool_continuation
+from vllm_cllm.options import ProposerOptions
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -67,6 +68,8 @@ class HybridState:
 
     scores: dict[str, float] = field(default_factory=_initial_scores)
     proposed: dict[str, np.ndarray] = field(default_factory=dict)
+    #: recent model predictions, each a stream starting at the then last committed token
+    pool: list[np.ndarray] = field(default_factory=list)
 
     def update(self, committed: list[int], decay: float = 0.7) -> None:
         """Score each source on the steps where it proposed something.
@@ -92,16 +95,28 @@ class HybridState:
             return draft[:PROBE_TOKENS]
         return draft
 
+    def draft(self, model: np.ndarray, ngram: np.ndarray, context: np.ndarray,
+              block: np.ndarray, options: ProposerOptions, room: int) -> np.ndarray:
+        """Choose among the model's draft, the n-gram continuation and (``pool_size`` > 0)
+        the pool's continuation; then remember this step's ``block`` (the model's
+        predictions past the committed tokens) in the pool."""
+        candidates = {MODEL_SOURCE: model, "ngram": ngram}
+        if options.pool_size:
+            candidates["pool"] = np.asarray(pool_continuation(
+                context, self.pool, options.ngram_max, room), dtype=np.int64)
+            if len(block):
+                self.pool.append(np.concatenate([context[-1:], block]))
+                del self.pool[:-options.pool_size]
+        return self.choose(candidates)
+
 
 @dataclass
 class JacobiRequest:
     """What the proposer remembers about one running request (dropped when it leaves):
-    the hybrid fill's source scores, its acceptance rate (adaptive k) and its recent Jacobi
-    iterates (the pool source), each a stream starting at the last committed token."""
+    the hybrid fill's state and its acceptance rate (adaptive k)."""
 
     hybrid: HybridState = field(default_factory=HybridState)
     rate: AcceptanceRate = field(default_factory=AcceptanceRate)
-    pool: list[np.ndarray] = field(default_factory=list)
 
 
 class JacobiProposer(SelfDraftingProposer):
@@ -144,21 +159,15 @@ class JacobiProposer(SelfDraftingProposer):
                predictions: VerifyPredictions | None, num_tokens_no_spec: np.ndarray,
                token_ids_cpu: np.ndarray) -> np.ndarray:
         """Request ``i``'s draft of at most ``room`` tokens: the Jacobi tail plus the fill
-        (``hybrid``: or the n-gram continuation alone, whichever has matched better)."""
+        (``hybrid``: or the n-gram continuation alone, or the pool's, whichever source has
+        matched better)."""
         tail = predictions.next_block(i, len(sampled)) if predictions is not None else _EMPTY
         context = token_ids_cpu[i, :int(num_tokens_no_spec[i])]
         draft = next_draft(tail, context, room, self.fill, self.restart)
         if state is None or self.options.fill != "hybrid":
             return draft
-        candidates = {MODEL_SOURCE: draft,
-                      "ngram": np.asarray(self.fill(context, room), dtype=np.int64)}
-        if self.options.pool_size:
-            candidates["pool"] = np.asarray(pool_continuation(
-                context, state.pool, self.options.ngram_max, room), dtype=np.int64)
-            if len(tail):
-                state.pool.append(np.concatenate([context[-1:], tail]))
-                del state.pool[:-self.options.pool_size]
-        return state.hybrid.choose(candidates)
+        return state.hybrid.draft(draft, np.asarray(self.fill(context, room), dtype=np.int64),
+                                  context, tail, self.options, room)
 
     def _request(self, req_id: str, sampled: list[int]) -> JacobiRequest:
         """The request's state, updated with what the last step committed (``sampled``)."""
