@@ -42,7 +42,7 @@ def configurations(k: int) -> list[tuple[str, str, dict | None, bool]]:
         ("space", f"space k={k}", {"method": "space", "num_speculative_tokens": k}, True),
         *[("space", f"space k={k} fill={fill}",
            {"method": "space", "num_speculative_tokens": k, "fill": fill}, False)
-          for fill in ("masks", "hybrid")],
+          for fill in ("ngram", "masks")],
         ("space", "vllm ngram k=15", NGRAM, False),
         ("cllm", "none", None, True),
         ("cllm", "jacobi k=15", {"method": "jacobi", "num_speculative_tokens": 15}, True),

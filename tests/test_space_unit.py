@@ -32,7 +32,7 @@ def test_space_options_take_the_mask_token_from_the_model_config():
     opts = parse_options({"method": "space", "num_speculative_tokens": 5},
                          max_k=128, hf_config=SimpleNamespace(mask_token_id=7, vocab_size=10))
     assert (opts.mask_token_id, opts.num_speculative_tokens, opts.vllm_draft_tokens,
-            opts.fill) == (7, 5, 10, "ngram")
+            opts.fill) == (7, 5, 10, "hybrid")
 
 
 @pytest.mark.parametrize("spec, config, words", [
@@ -43,7 +43,7 @@ def test_space_options_take_the_mask_token_from_the_model_config():
     ({"method": "space", "num_speculative_tokens": 5, "mask_token_id": 10},
      SimpleNamespace(vocab_size=10), ["mask_token_id", "[0, 9]"]),
     ({"method": "space", "num_speculative_tokens": 5, "fill": "random"},
-     SimpleNamespace(mask_token_id=7, vocab_size=10), ["fill", "ngram, masks, hybrid, tail"]),
+     SimpleNamespace(mask_token_id=7, vocab_size=10), ["fill", "hybrid, ngram, masks, tail"]),
     ({"method": "space", "num_speculative_tokens": 5, "seed": 1},
      SimpleNamespace(mask_token_id=7, vocab_size=10), ["'seed'", "mask_token_id"]),
     ({"method": "jacobi", "num_speculative_tokens": 5, "mask_token_id": 1},
@@ -275,6 +275,24 @@ def test_hybrid_prefers_ngrams_for_a_request_whose_mask_guesses_keep_missing():
     assert proposer.propose([[2]], np.array([6]), tokens) == [[3, 4, 1] + [MASK] * 3]
 
 
+def test_hybrid_after_a_rejection_scores_the_jacobi_tail_against_ngrams():
+    proposer = _proposer(k=3)
+    proposer.hybrid = proposer.fill = NgramFill(2, 2, 100)
+    proposer.use_tail = True
+    tokens = np.zeros((1, 100), dtype=np.int64)
+    tokens[0, :6] = [1, 2, 3, 4, 1, 2]  # n-gram lookup alone continues "1 2" with "3 4 1"
+    # last step: 3 candidates + 3 masks, the 2nd candidate rejected -> the tail behind it
+    row = np.array([50, 51, 52, 53, 60, 61, 62])
+    for scores, expected in (({"model": 1.0, "tail": 0.9, "ngram": 0.2}, [52, 53]),
+                             ({"model": 1.0, "tail": 0.1, "ngram": 1.5}, [3, 4, 1])):
+        state = HybridState(dict(scores))
+        proposer.request_state["r"] = SpaceRequest(3, state)
+        proposer.predictions = VerifyPredictions(["r"], row, np.array([0, 7]),
+                                                 num_mask=np.array([3]))
+        assert proposer.propose([[50, 51]], np.array([6]), tokens) == [expected + [MASK] * 3]
+        assert set(state.proposed) == {"tail", "ngram"}  # scored next step as "tail"
+
+
 # --- the paper-layout reference --------------------------------------------------------------
 
 def test_paper_layout_rows_see_what_the_paper_says(tiny_path):
@@ -330,6 +348,6 @@ def test_class_path_alone_gets_space_defaults_from_vllm_slots_and_the_model():
     opts = options_from_vllm_config(config(SimpleNamespace(mask_token_id=7, vocab_size=10)),
                                     "space")
     assert (opts.num_speculative_tokens, opts.vllm_draft_tokens, opts.mask_token_id,
-            opts.fill) == (5, 10, 7, "ngram")
+            opts.fill) == (5, 10, 7, "hybrid")
     with pytest.raises(ConfigError, match="needs a SPACE checkpoint"):
         options_from_vllm_config(config(SimpleNamespace(vocab_size=10)), "space")

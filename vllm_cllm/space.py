@@ -12,15 +12,16 @@ j-th scheduled token, ``t0`` being 0):
   predictions at ``M_1..M_k`` are SPACE's guesses for the k tokens after the bonus —
   exactly the semi-autoregressive training target (:mod:`vllm_cllm.training.space`);
 * otherwise (``a < m``): the masks saw a rejected candidate. ``fill`` decides: ``ngram``
-  (default, measured best) an n-gram continuation from the request's own tokens, else no
-  candidates; ``masks`` no candidates — a masks-only draft is always fully accepted, so the
-  next step has mask candidates again; ``tail`` the Jacobi tail (predictions behind
-  ``c_{a+1}..c_m``) completed by n-grams;
+  an n-gram continuation from the request's own tokens, else no candidates; ``masks`` no
+  candidates — a masks-only draft is always fully accepted, so the next step has mask
+  candidates again; ``tail`` the Jacobi tail (predictions behind ``c_{a+1}..c_m``) completed
+  by n-grams;
 * no draft last step (first decode step after prefill): as after a rejection.
 
-With ``fill: hybrid`` the model's candidates (``masks`` rule) compete, per request, with an
-n-gram lookup alone, scored on how well each matched the committed tokens (as ``jacobi``'s
-hybrid fill).
+``hybrid`` (the default, measured best) scores three sources per request on how well each
+matched the committed tokens, as ``jacobi``'s hybrid fill does: the mask rows (after a full
+acceptance), the Jacobi tail completed by n-grams (after a rejection) and an n-gram lookup
+alone; the best-scoring source that has a draft is drafted.
 
 vLLM's acceptance *rate* counters count the k mask slots as drafts; acceptance *length*
 (1 + accepted / drafts) is unaffected and is the tokens per verify step.
@@ -60,9 +61,18 @@ def next_candidates(row: np.ndarray, num_sampled: int, last_candidates: int | No
     m = min(last_candidates, drafts)
     if block is None:
         block = shifted_block(row, num_sampled, drafts - m)
-    if num_sampled - 1 >= m and drafts > m:  # every candidate accepted: the mask rows
+    if mask_rows_ready(drafts, num_sampled, last_candidates):
         return np.asarray(block[:k], dtype=np.int64)
     return next_draft(block if use_tail else _EMPTY, context, k, fill, NoFill())
+
+
+def mask_rows_ready(drafts: int, num_sampled: int, last_candidates: int | None) -> bool:
+    """Whether last step's mask rows predict the tokens after the bonus: every candidate
+    was accepted and mask slots followed them."""
+    if drafts == 0 or last_candidates is None:
+        return False
+    m = min(last_candidates, drafts)
+    return num_sampled - 1 >= m and drafts > m
 
 
 @dataclass
@@ -82,13 +92,13 @@ class SpaceProposer(SelfDraftingProposer):
     def __init__(self, vllm_config: Any) -> None:
         super().__init__(vllm_config)
         self.mask_id = int(self.options.mask_token_id)
-        # when the mask slots cannot be used (see next_candidates): masks only (masks, hybrid),
-        # n-grams alone (ngram) or the Jacobi tail completed by n-grams (tail); hybrid also
-        # scores, per request, the model's candidates against n-grams alone
+        # when the mask slots cannot be used (see next_candidates): masks only (masks),
+        # n-grams alone (ngram) or the Jacobi tail completed by n-grams (tail, hybrid); hybrid
+        # also scores, per request, those candidates against n-grams alone
         policy = self.options.fill
         ngram = NgramFill(self.options.ngram_min, self.options.ngram_max, self.max_model_len)
-        self.use_tail = policy == "tail"
-        self.fill: Fill = ngram if policy in ("ngram", "tail") else NoFill()
+        self.use_tail = policy in ("tail", "hybrid")
+        self.fill: Fill = ngram if policy != "masks" else NoFill()
         self.hybrid: Fill | None = ngram if policy == "hybrid" else None
 
     def mask_slots(self, req_ids: list[str], num_drafts: list[int]) -> list[int]:
@@ -98,6 +108,18 @@ class SpaceProposer(SelfDraftingProposer):
             state = self.request_state.get(req_id)
             slots.append(max(n - state.last_candidates, 0) if state is not None else 0)
         return slots
+
+    @staticmethod
+    def _sources(candidates: np.ndarray, row: np.ndarray, num_sampled: int,
+                 last_candidates: int | None, ngram: np.ndarray) -> dict[str, np.ndarray]:
+        """The ``hybrid`` rule's named sources: this step's candidates are the mask rows
+        (``model``) or the Jacobi tail completed by n-grams (``tail``); the first step after
+        prefill has the n-gram lookup alone."""
+        if last_candidates is None or len(row) == 1:
+            return {"ngram": ngram}
+        name = MODEL_SOURCE if mask_rows_ready(len(row) - 1, num_sampled,
+                                               last_candidates) else "tail"
+        return {name: candidates, "ngram": ngram}
 
     def observe_verification(self, logits: Any, spec_decode_metadata: Any,
                              req_ids: list[str]) -> None:
@@ -122,17 +144,17 @@ class SpaceProposer(SelfDraftingProposer):
             state = self.request_state.get(req_id)
             k = min(self.k, room)
             block = predictions.next_block(i, len(sampled)) if predictions is not None else None
-            candidates = next_candidates(row, len(sampled),
-                                         state.last_candidates if state else None, k,
-                                         context, self.fill, self.use_tail, block)
+            last_candidates = state.last_candidates if state else None
+            candidates = next_candidates(row, len(sampled), last_candidates, k, context,
+                                         self.fill, self.use_tail, block)
             if state is None:
                 state = SpaceRequest(0, HybridState() if self.hybrid is not None else None)
             elif state.scores is not None:
                 state.scores.update(sampled)
             if state.scores is not None:
-                candidates = state.scores.choose({
-                    MODEL_SOURCE: candidates,
-                    "ngram": np.asarray(self.hybrid(context, k), np.int64)})
+                candidates = state.scores.choose(self._sources(
+                    candidates, row, len(sampled), last_candidates,
+                    np.asarray(self.hybrid(context, k), np.int64)))
             state.last_candidates = len(candidates)
             if req_id is not None:
                 self.request_state[req_id] = state
