@@ -11,6 +11,8 @@ gsm_symbolic problems from a seed never used in training (1000), chat template, 
   transformers, batch 1) on the same checkpoint and problems: its tokens per step is what the
   vLLM layout gives up against;
 * the CLLM demo with `jacobi` k = 15 (and its own no-speculation rows);
+* `smollm2-135m-space-cllm-gsm` (SPACE trained on the CLLM demo) with `space` k = 5, unless
+  ``--space-cllm ''``;
 * quality of the base, SPACE and CLLM models' own answers (accuracy, distinct-4, NLL under
   the base model).
 
@@ -34,18 +36,21 @@ NGRAM = {"method": "ngram", "num_speculative_tokens": 15, "prompt_lookup_min": 2
          "prompt_lookup_max": 4}
 
 
-def configurations(k: int) -> list[tuple[str, str, dict | None, bool]]:
+def configurations(k: int, space_cllm: bool) -> list[tuple[str, str, dict | None, bool]]:
     """(model, config name, speculative config, also at batch 1)."""
+    space = {"method": "space", "num_speculative_tokens": k}
+    extra = [("space-cllm", "none", None, True), ("space-cllm", f"space k={k}", space, True)]
     return [
         ("base", "none", None, False),
         ("space", "none", None, True),
         ("space", f"space k={k}", {"method": "space", "num_speculative_tokens": k}, True),
         *[("space", f"space k={k} fill={fill}",
            {"method": "space", "num_speculative_tokens": k, "fill": fill}, False)
-          for fill in ("ngram", "masks")],
+          for fill in ("hybrid", "masks")],
         ("space", "vllm ngram k=15", NGRAM, False),
         ("cllm", "none", None, True),
         ("cllm", "jacobi k=15", {"method": "jacobi", "num_speculative_tokens": 15}, True),
+        *(extra if space_cllm else []),
     ]
 
 
@@ -104,6 +109,8 @@ def main() -> None:
     parser.add_argument("--space", default="smollm2-135m-space-gsm")
     parser.add_argument("--cllm", default="smollm2-135m-cllm-gsm")
     parser.add_argument("--base", default="smollm2-135m-instruct")
+    parser.add_argument("--space-cllm", default="smollm2-135m-space-cllm-gsm",
+                        help="SPACE trained on the CLLM demo ('' to leave it out)")
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--num-problems", type=int, default=40)
     parser.add_argument("--b1-problems", type=int, default=40)
@@ -115,7 +122,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     dirs = {"base": str(model_path(args.base)), "space": str(model_path(args.space)),
-            "cllm": str(model_path(args.cllm))}
+            "cllm": str(model_path(args.cllm)),
+            **({"space-cllm": str(model_path(args.space_cllm))} if args.space_cllm else {})}
     tokenizer = AutoTokenizer.from_pretrained(dirs["base"])
     problems = gsm_problems(args.num_problems, args.seed)
     prompts = [chat_prompt(tokenizer, p["question"]) for p in problems]
@@ -124,14 +132,13 @@ def main() -> None:
               f"{args.num_problems} gsm_symbolic problems (seed {args.seed}), chat template, "
               f"{args.max_tokens} new tokens, greedy; batch 1 on the first {args.b1_problems}; "
               f"measured {time.strftime('%Y-%m-%d')} with `benchmarks/space_gsm.py`")
-    rows = run_configurations(configurations(args.k), dirs, prompts, args.b1_problems,
-                              args.max_tokens,
+    rows = run_configurations(configurations(args.k, bool(args.space_cllm)), dirs, prompts,
+                              args.b1_problems, args.max_tokens,
                               progress=lambda done: write_report(slim(done), [], out, header))
     plain = next(r["tokens"] for r in rows if r["model"] == "space" and r["config"] == "none"
                  and r["batch_size"] == 8)
     reference = reference_rows(dirs["space"], prompt_ids, args.k, args.max_tokens, plain)
-    quality_rows = quality(rows, ["base", "space", "cllm"], problems, tokenizer, prompt_ids,
-                           dirs["base"])
+    quality_rows = quality(rows, list(dirs), problems, tokenizer, prompt_ids, dirs["base"])
     lines = ["", "| model | config | batch | tokens/step | identical to vLLM plain |",
              "|---|---|---|---|---|",
              f"| space | {reference['config']} | 1 | {reference['tokens_per_step']:.2f} | "

@@ -32,7 +32,7 @@ def test_space_options_take_the_mask_token_from_the_model_config():
     opts = parse_options({"method": "space", "num_speculative_tokens": 5},
                          max_k=128, hf_config=SimpleNamespace(mask_token_id=7, vocab_size=10))
     assert (opts.mask_token_id, opts.num_speculative_tokens, opts.vllm_draft_tokens,
-            opts.fill) == (7, 5, 10, "hybrid")
+            opts.fill) == (7, 5, 10, "ngram")
 
 
 @pytest.mark.parametrize("spec, config, words", [
@@ -43,7 +43,7 @@ def test_space_options_take_the_mask_token_from_the_model_config():
     ({"method": "space", "num_speculative_tokens": 5, "mask_token_id": 10},
      SimpleNamespace(vocab_size=10), ["mask_token_id", "[0, 9]"]),
     ({"method": "space", "num_speculative_tokens": 5, "fill": "random"},
-     SimpleNamespace(mask_token_id=7, vocab_size=10), ["fill", "hybrid, ngram, masks, tail"]),
+     SimpleNamespace(mask_token_id=7, vocab_size=10), ["fill", "ngram, masks, hybrid, tail"]),
     ({"method": "space", "num_speculative_tokens": 5, "seed": 1},
      SimpleNamespace(mask_token_id=7, vocab_size=10), ["'seed'", "mask_token_id"]),
     ({"method": "jacobi", "num_speculative_tokens": 5, "mask_token_id": 1},
@@ -348,6 +348,6 @@ def test_class_path_alone_gets_space_defaults_from_vllm_slots_and_the_model():
     opts = options_from_vllm_config(config(SimpleNamespace(mask_token_id=7, vocab_size=10)),
                                     "space")
     assert (opts.num_speculative_tokens, opts.vllm_draft_tokens, opts.mask_token_id,
-            opts.fill) == (5, 10, 7, "hybrid")
+            opts.fill) == (5, 10, 7, "ngram")
     with pytest.raises(ConfigError, match="needs a SPACE checkpoint"):
         options_from_vllm_config(config(SimpleNamespace(vocab_size=10)), "space")

@@ -306,3 +306,30 @@ def test_window_packs_only_the_tokens_its_loss_reads(tiny):
             torch.testing.assert_close(flat[windowed.student_index[rows][keep]],
                                        ref[start:start + N - 1][keep], atol=1e-4, rtol=1e-4)
             rows += 1
+
+
+def test_a_demo_built_on_a_demo_names_its_base_and_rebuilds_with_it(tmp_path, monkeypatch):
+    from vllm_cllm import models
+
+    for name, base in (("first", "smollm2-135m-instruct"), ("second", "first")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "adapter_config.json").write_text(
+            json.dumps({"base_model_name_or_path": base}))
+        (tmp_path / name / "adapter_model.safetensors").write_bytes(name.encode())
+    monkeypatch.setattr(models, "ARTIFACTS", tmp_path)
+    assert models.artifact_base("second") == "first"
+    before = models._artifact_fingerprint("second")
+    (tmp_path / "first" / "adapter_model.safetensors").write_bytes(b"retrained")
+    assert models._artifact_fingerprint("second") != before  # the base's change rebuilds it
+    changed = models._artifact_fingerprint("second")
+    (tmp_path / "first" / "README.md").write_text("provenance notes")
+    assert models._artifact_fingerprint("second") == changed  # notes are not weights
+
+
+def test_committed_artifacts_name_their_bases():
+    from vllm_cllm.models import BUILDERS, artifact_base
+
+    assert artifact_base("smollm2-135m-cllm-gsm") == "smollm2-135m-instruct"
+    assert artifact_base("smollm2-135m-space-gsm") == "smollm2-135m-instruct"
+    assert artifact_base("smollm2-135m-space-cllm-gsm") == "smollm2-135m-cllm-gsm"
+    assert "smollm2-135m-space-cllm-gsm" in BUILDERS

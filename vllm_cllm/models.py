@@ -155,16 +155,24 @@ def merged_checkpoint(base_dir: Path, adapter_dir: Path | None) -> Iterator[str]
         yield tmp
 
 
+def artifact_base(name: str) -> str:
+    """The checkpoint an artifact's adapter was trained on: its config's
+    ``base_model_name_or_path``, a name ``model_path`` knows (a demo may build on a demo)."""
+    config = json.loads((ARTIFACTS / name / "adapter_config.json").read_text())
+    return config["base_model_name_or_path"]
+
+
 def _demo_from_artifact(name: str) -> Callable[[Path], None]:
-    """Builder of a demo checkpoint: SmolLM2 + the adapter in ``artifacts/<name>``."""
+    """Builder of a demo checkpoint: its base checkpoint + the adapter in ``artifacts/<name>``."""
     def build(out_dir: Path) -> None:
-        merge_adapter(model_path("smollm2-135m-instruct"), ARTIFACTS / name, out_dir)
+        merge_adapter(model_path(artifact_base(name)), ARTIFACTS / name, out_dir)
 
     return build
 
 
 def _artifact_fingerprint(name: str) -> str | None:
-    """Hash of the committed artifact a checkpoint is built from (rebuild when it changes)."""
+    """Hash of the committed artifact a checkpoint is built from, and of its base's artifact
+    if the base is a demo too (rebuild when either changes)."""
     folder = ARTIFACTS / name
     if not folder.is_dir():
         return None
@@ -172,6 +180,9 @@ def _artifact_fingerprint(name: str) -> str | None:
     for path in sorted(folder.rglob("*")):
         if path.is_file() and path.suffix != ".md":  # provenance notes are not weights
             digest.update(path.name.encode() + path.read_bytes())
+    base = _artifact_fingerprint(artifact_base(name))
+    if base is not None:
+        digest.update(base.encode())
     return digest.hexdigest()[:16]
 
 
@@ -183,6 +194,8 @@ BUILDERS: dict[str, Callable[[Path], None]] = {
     # the demos: base + the LoRA adapter in vllm_cllm/artifacts (examples/recipes)
     "smollm2-135m-cllm-gsm": _demo_from_artifact("smollm2-135m-cllm-gsm"),
     "smollm2-135m-space-gsm": _demo_from_artifact("smollm2-135m-space-gsm"),
+    # SPACE SAR-SFT on top of the CLLM demo (built on demand, not by install.sh)
+    "smollm2-135m-space-cllm-gsm": _demo_from_artifact("smollm2-135m-space-cllm-gsm"),
 }
 
 

@@ -20,7 +20,7 @@ METHODS: dict[str, str] = {
 
 FILL_POLICIES = ("hybrid", "ngram", "tail", "random")
 #: What ``space`` drafts when its mask slots cannot be used (vllm_cllm/space.py); 1st: default.
-SPACE_FILL_POLICIES = ("hybrid", "ngram", "masks", "tail")
+SPACE_FILL_POLICIES = ("ngram", "masks", "hybrid", "tail")
 #: Options each method accepts besides num_speculative_tokens.
 METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
     "jacobi": ("fill", "ngram_min", "ngram_max", "seed", "adaptive", "knee_tokens",

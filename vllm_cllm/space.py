@@ -18,10 +18,12 @@ j-th scheduled token, ``t0`` being 0):
   by n-grams;
 * no draft last step (first decode step after prefill): as after a rejection.
 
-``hybrid`` (the default, measured best) scores three sources per request on how well each
-matched the committed tokens, as ``jacobi``'s hybrid fill does: the mask rows (after a full
-acceptance), the Jacobi tail completed by n-grams (after a rejection) and an n-gram lookup
-alone; the best-scoring source that has a draft is drafted.
+``hybrid`` scores three sources per request on how well each matched the committed tokens,
+as ``jacobi``'s hybrid fill does: the mask rows (after a full acceptance), the Jacobi tail
+completed by n-grams (after a rejection) and an n-gram lookup alone; the best-scoring source
+that has a draft is drafted. It gets slightly more tokens per step than ``ngram`` (the
+default), but drafts candidates after almost every rejection, so it verifies more tokens per
+step and measured slower on CPU (README, the demo SPACE model).
 
 vLLM's acceptance *rate* counters count the k mask slots as drafts; acceptance *length*
 (1 + accepted / drafts) is unaffected and is the tokens per verify step.

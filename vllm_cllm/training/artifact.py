@@ -22,14 +22,16 @@ ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 TRAINED_PARTS = ("lora_", "trainable_tokens")
 
 
-def export_adapter(adapter_dir: Path, out_dir: Path) -> Path:
-    """Copy the adapter's config and its weights cast to float16; returns the weights file."""
+def export_adapter(adapter_dir: Path, out_dir: Path, base: str = "smollm2-135m-instruct"
+                   ) -> Path:
+    """Copy the adapter's config and its weights cast to float16; returns the weights file.
+    ``base`` is the ``vllm-cllm model-path`` name of the checkpoint it was trained on."""
     import torch
     from safetensors.torch import load_file, save_file
 
     out_dir.mkdir(parents=True, exist_ok=True)
     config = json.loads((adapter_dir / ADAPTER_FILES[0]).read_text())
-    config["base_model_name_or_path"] = "smollm2-135m-instruct"  # a vllm-cllm model name
+    config["base_model_name_or_path"] = base  # a vllm-cllm model name
     (out_dir / ADAPTER_FILES[0]).write_text(json.dumps(config, indent=1, sort_keys=True))
     weights = {k: v for k, v in load_file(str(adapter_dir / ADAPTER_FILES[1])).items()
                if any(part in k for part in TRAINED_PARTS)}  # not whole embedding copies
@@ -45,8 +47,10 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("adapter_dir", type=Path)
     parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--base", default="smollm2-135m-instruct",
+                        help="vllm-cllm model name the adapter was trained on")
     args = parser.parse_args()
-    path = export_adapter(args.adapter_dir, args.out_dir)
+    path = export_adapter(args.adapter_dir, args.out_dir, args.base)
     print(f"{path} ({path.stat().st_size / 2**20:.1f} MiB)")
     return 0
 
