@@ -43,9 +43,8 @@ def configurations(k: int, space_cllm: bool) -> list[tuple[str, str, dict | None
     return [
         ("base", "none", None, False),
         ("space", "none", None, True),
-        ("space", f"space k={k}", {"method": "space", "num_speculative_tokens": k}, True),
-        *[("space", f"space k={k} fill={fill}",
-           {"method": "space", "num_speculative_tokens": k, "fill": fill}, False)
+        ("space", f"space k={k}", space, True),
+        *[("space", f"space k={k} fill={fill}", {**space, "fill": fill}, False)
           for fill in ("hybrid", "masks")],
         ("space", "vllm ngram k=15", NGRAM, False),
         ("cllm", "none", None, True),

@@ -146,6 +146,29 @@ def test_pool_continues_the_context_from_a_recent_iterate():
     assert len(pool_continuation(np.array([0, 4]), pool, 4, 2)) == 0  # nothing after it
 
 
+def _pool_continuation_by_search(context, pool, ngram_max, num_tokens):
+    """The lookup spelled out: longest suffix first, newest stream first, first occurrence."""
+    for n in range(min(ngram_max, len(context)), 0, -1):
+        key = list(context[len(context) - n:])
+        for stream in reversed(pool):
+            for start in range(len(stream) - n):
+                if list(stream[start:start + n]) == key:
+                    return list(stream[start + n:start + n + num_tokens])
+    return []
+
+
+def test_pool_lookup_equals_the_spelled_out_search_on_random_pools():
+    from vllm_cllm.fill import pool_continuation
+
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        pool = [rng.integers(0, 6, rng.integers(1, 10)) for _ in range(rng.integers(1, 9))]
+        context = rng.integers(0, 6, rng.integers(1, 8))
+        ngram_max, num = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+        assert pool_continuation(context, pool, ngram_max, num).tolist() == \
+            _pool_continuation_by_search(context, pool, ngram_max, num)
+
+
 def test_proposer_drafts_from_its_pool_of_recent_iterates():
     """The proposer keeps each request's recent Jacobi iterates (last committed token + tail)
     and, once the pool has matched better than the other sources, drafts its continuation."""

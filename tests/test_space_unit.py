@@ -266,7 +266,7 @@ def test_mask_logit_is_never_the_argmax():
 
 def test_hybrid_prefers_ngrams_for_a_request_whose_mask_guesses_keep_missing():
     proposer = _proposer(k=3)
-    proposer.hybrid = proposer.fill = NgramFill(2, 2, 100)
+    proposer.fill = NgramFill(2, 2, 100)
     tokens = np.zeros((1, 100), dtype=np.int64)
     tokens[0, :6] = [1, 2, 3, 4, 1, 2]  # n-gram lookup alone continues "1 2" with "3 4 1"
     proposer.request_state["r"] = SpaceRequest(0, HybridState({"model": 0.1, "ngram": 1.5}))
@@ -277,7 +277,7 @@ def test_hybrid_prefers_ngrams_for_a_request_whose_mask_guesses_keep_missing():
 
 def test_hybrid_after_a_rejection_scores_the_jacobi_tail_against_ngrams():
     proposer = _proposer(k=3)
-    proposer.hybrid = proposer.fill = NgramFill(2, 2, 100)
+    proposer.fill = NgramFill(2, 2, 100)
     proposer.use_tail = True
     tokens = np.zeros((1, 100), dtype=np.int64)
     tokens[0, :6] = [1, 2, 3, 4, 1, 2]  # n-gram lookup alone continues "1 2" with "3 4 1"

@@ -17,7 +17,6 @@ import numpy as np
 from vllm_cllm.adaptive import AcceptanceRate, draft_lengths
 from vllm_cllm.capture import SelfDraftingProposer, VerifyPredictions
 from vllm_cllm.fill import Fill, NgramFill, RandomContextFill, make_fill, pool_continuation
-from vllm_cllm.options import ProposerOptions
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -61,9 +60,9 @@ def _initial_scores() -> dict[str, float]:
 class HybridState:
     """Per-request record of how well each draft source has predicted committed tokens.
 
-    Sources are named (``model``, ``ngram``, ``pool``); a source seen for the first time
-    starts at 0. Each step the best-scoring source that has a draft is drafted; ties go to
-    the source listed first.
+    Sources are named (``model``, ``ngram``, ``pool``; ``space`` adds ``tail``); a source
+    seen for the first time starts at 0. Each step the best-scoring source that has a draft
+    is drafted; ties go to the source listed first.
     """
 
     scores: dict[str, float] = field(default_factory=_initial_scores)
@@ -96,17 +95,17 @@ class HybridState:
         return draft
 
     def draft(self, model: np.ndarray, ngram: np.ndarray, context: np.ndarray,
-              block: np.ndarray, options: ProposerOptions, room: int) -> np.ndarray:
+              block: np.ndarray, room: int, pool_size: int, ngram_max: int) -> np.ndarray:
         """Choose among the model's draft, the n-gram continuation and (``pool_size`` > 0)
         the pool's continuation; then remember this step's ``block`` (the model's
         predictions past the committed tokens) in the pool."""
         candidates = {MODEL_SOURCE: model, "ngram": ngram}
-        if options.pool_size:
+        if pool_size:
             candidates["pool"] = np.asarray(pool_continuation(
-                context, self.pool, options.ngram_max, room), dtype=np.int64)
+                context, self.pool, ngram_max, room), dtype=np.int64)
             if len(block):
                 self.pool.append(np.concatenate([context[-1:], block]))
-                del self.pool[:-options.pool_size]
+                del self.pool[:-pool_size]
         return self.choose(candidates)
 
 
@@ -167,7 +166,8 @@ class JacobiProposer(SelfDraftingProposer):
         if state is None or self.options.fill != "hybrid":
             return draft
         return state.hybrid.draft(draft, np.asarray(self.fill(context, room), dtype=np.int64),
-                                  context, tail, self.options, room)
+                                  context, tail, room, self.options.pool_size,
+                                  self.options.ngram_max)
 
     def _request(self, req_id: str, sampled: list[int]) -> JacobiRequest:
         """The request's state, updated with what the last step committed (``sampled``)."""

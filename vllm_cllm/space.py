@@ -60,9 +60,8 @@ def next_candidates(row: np.ndarray, num_sampled: int, last_candidates: int | No
     drafts = len(row) - 1
     if drafts == 0 or last_candidates is None:
         return next_draft(_EMPTY, context, k, fill, NoFill())
-    m = min(last_candidates, drafts)
     if block is None:
-        block = shifted_block(row, num_sampled, drafts - m)
+        block = shifted_block(row, num_sampled, drafts - min(last_candidates, drafts))
     if mask_rows_ready(drafts, num_sampled, last_candidates):
         return np.asarray(block[:k], dtype=np.int64)
     return next_draft(block if use_tail else _EMPTY, context, k, fill, NoFill())
@@ -98,10 +97,10 @@ class SpaceProposer(SelfDraftingProposer):
         # n-grams alone (ngram) or the Jacobi tail completed by n-grams (tail, hybrid); hybrid
         # also scores, per request, those candidates against n-grams alone
         policy = self.options.fill
-        ngram = NgramFill(self.options.ngram_min, self.options.ngram_max, self.max_model_len)
         self.use_tail = policy in ("tail", "hybrid")
-        self.fill: Fill = ngram if policy != "masks" else NoFill()
-        self.hybrid: Fill | None = ngram if policy == "hybrid" else None
+        self.fill: Fill = NoFill() if policy == "masks" else NgramFill(
+            self.options.ngram_min, self.options.ngram_max, self.max_model_len)
+        self.scored = policy == "hybrid"
 
     def mask_slots(self, req_ids: list[str], num_drafts: list[int]) -> list[int]:
         """Each request's trailing mask slots: its drafts beyond last step's candidates."""
@@ -111,17 +110,18 @@ class SpaceProposer(SelfDraftingProposer):
             slots.append(max(n - state.last_candidates, 0) if state is not None else 0)
         return slots
 
-    @staticmethod
-    def _sources(candidates: np.ndarray, row: np.ndarray, num_sampled: int,
-                 last_candidates: int | None, ngram: np.ndarray) -> dict[str, np.ndarray]:
+    def _sources(self, candidates: np.ndarray, row: np.ndarray, num_sampled: int,
+                 last_candidates: int | None, context: np.ndarray, k: int
+                 ) -> dict[str, np.ndarray]:
         """The ``hybrid`` rule's named sources: this step's candidates are the mask rows
-        (``model``) or the Jacobi tail completed by n-grams (``tail``); the first step after
-        prefill has the n-gram lookup alone."""
+        (``model``) or the Jacobi tail completed by n-grams (``tail``), each against the
+        n-gram lookup alone; on the first step after prefill the candidates already are
+        that lookup."""
         if last_candidates is None or len(row) == 1:
-            return {"ngram": ngram}
+            return {"ngram": candidates}
         name = MODEL_SOURCE if mask_rows_ready(len(row) - 1, num_sampled,
                                                last_candidates) else "tail"
-        return {name: candidates, "ngram": ngram}
+        return {name: candidates, "ngram": np.asarray(self.fill(context, k), np.int64)}
 
     def observe_verification(self, logits: Any, spec_decode_metadata: Any,
                              req_ids: list[str]) -> None:
@@ -150,13 +150,12 @@ class SpaceProposer(SelfDraftingProposer):
             candidates = next_candidates(row, len(sampled), last_candidates, k, context,
                                          self.fill, self.use_tail, block)
             if state is None:
-                state = SpaceRequest(0, HybridState() if self.hybrid is not None else None)
+                state = SpaceRequest(0, HybridState() if self.scored else None)
             elif state.scores is not None:
                 state.scores.update(sampled)
             if state.scores is not None:
                 candidates = state.scores.choose(self._sources(
-                    candidates, row, len(sampled), last_candidates,
-                    np.asarray(self.hybrid(context, k), np.int64)))
+                    candidates, row, len(sampled), last_candidates, context, k))
             state.last_candidates = len(candidates)
             if req_id is not None:
                 self.request_state[req_id] = state

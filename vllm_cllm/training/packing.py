@@ -83,16 +83,20 @@ def pack_prompt(records: list[TrajectoryRecord], *, consistency: str = "global",
         spans.append((row, start, len(tokens)))
         return row
 
+    # block position 0 is predicted from the context alone: the loss covers positions 1..n-1
+    loss_mask = block_mask(
+        torch.tensor([state for _, state, _ in pairs], dtype=torch.long).reshape(-1, n),
+        torch.tensor([target for _, _, target in pairs], dtype=torch.long).reshape(-1, n),
+        window)[:, 1:]
     student_index, teacher_index = [], []
-    for r, state, target in pairs:
+    for (r, state, target), loss_row in zip(pairs, loss_mask, strict=True):
         start = len(r.context_ids)
         if r.context_ids != clean[:start] or r.fixed_point != clean[start:start + n]:
             raise ValueError(f"prompt {r.prompt_id} block {r.block}: record does not match "
                              "its prompt's greedy answer")
-        length = n - 1
-        if window > 0:
-            wrong = next((i for i in range(n) if state[i] != target[i]), n)
-            length = max(1, min(n - 1, wrong + window))
+        length = n - 1  # loss row j reads the state's first j + 1 tokens
+        if window > 0 and loss_row.any():
+            length = int(loss_row.nonzero().max()) + 1
         row = append(start, state[:length])
         # positions past the packed tokens are outside the window's loss mask; they point at
         # the segment's last row only to keep the index rectangular
@@ -109,11 +113,6 @@ def pack_prompt(records: list[TrajectoryRecord], *, consistency: str = "global",
         attention[row:row + span, :start] = True
         attention[row:row + span, row:row + span] = torch.tril(
             torch.ones(span, span, dtype=torch.bool))
-    # block position 0 is predicted from the context alone: the loss covers positions 1..n-1
-    loss_mask = block_mask(
-        torch.tensor([state for _, state, _ in pairs], dtype=torch.long).reshape(-1, n),
-        torch.tensor([target for _, _, target in pairs], dtype=torch.long).reshape(-1, n),
-        window)[:, 1:]
     return PackedExample(
         input_ids=torch.tensor(ids), position_ids=torch.tensor(positions), attention=attention,
         student_index=torch.tensor(student_index, dtype=torch.long).reshape(-1, n - 1),
