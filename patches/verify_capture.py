@@ -6,7 +6,8 @@ every draft position of every request. Before calling the original we pass them,
 (:class:`vllm_cllm.capture.VerifyObserver`), then call the original; other drafters are
 untouched.
 ``GPUModelRunner._update_states`` removes finished, aborted and preempted requests from the
-input batch; after it runs, our drafter drops state of every request no longer in the batch.
+input batch; after it runs, our drafter drops state of every request no longer in the batch
+and learns which of the rest decode greedily (``InputBatch.greedy_reqs``).
 """
 
 from __future__ import annotations
@@ -41,14 +42,18 @@ def _wrap_update_states(original):
         result = original(self, scheduler_output, *args, **kwargs)
         observer = _observer(self)
         if observer is not None:
-            observer.retain_requests(set(self.input_batch.req_ids))
+            observer.retain_requests(set(self.input_batch.req_ids),
+                                     set(self.input_batch.greedy_reqs))
         return result
 
     return _update_states
 
 
 def patch_group() -> PatchGroup:
+    import inspect
+
     from vllm.v1.spec_decode import metadata
+    from vllm.v1.worker.gpu_input_batch import InputBatch
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     fields = getattr(metadata.SpecDecodeMetadata, "__dataclass_fields__", {})
@@ -60,6 +65,8 @@ def patch_group() -> PatchGroup:
             ("GPUModelRunner._update_states(scheduler_output)",
              lambda: has_params(GPUModelRunner._update_states, "scheduler_output")),
             ("SpecDecodeMetadata.num_draft_tokens", lambda: "num_draft_tokens" in fields),
+            ("InputBatch.greedy_reqs",
+             lambda: "self.greedy_reqs" in inspect.getsource(InputBatch.__init__)),
         ],
         wraps=[
             Wrap(GPUModelRunner, "_sample", _wrap_sample),

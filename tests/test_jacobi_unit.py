@@ -173,7 +173,7 @@ def test_proposer_drafts_from_its_pool_of_recent_iterates():
     """The proposer keeps each request's recent Jacobi iterates (last committed token + tail)
     and, once the pool has matched better than the other sources, drafts its continuation."""
     proposer = _proposer(k=3, fill="hybrid")
-    state = proposer._request("a", [1])
+    state = proposer._request("a", [1], 3)
     state.hybrid.pool.append(np.array([2, 30, 31, 32]))
     state.hybrid.scores.update({"model": 0.0, "ngram": 0.0, "pool": 2.0})
     tokens = np.zeros((1, 20), dtype=np.int64)
@@ -190,6 +190,33 @@ def test_hybrid_state_is_dropped_when_request_leaves():
     assert proposer.tracked_requests() == {"a", "b"}
     proposer.retain_requests({"b"})
     assert proposer.tracked_requests() == {"b"}
+
+
+def test_outputs_of_requests_that_left_become_a_draft_source_for_greedy_requests():
+    """A finished request's output (not its prompt) enters the proposer's history; a later
+    greedy request whose context ends like a phrase of it gets the rest of the phrase drafted
+    once that source has matched best. A sampled request never drafts from it: its samples
+    depend on its drafts, which must not depend on what ran before it."""
+    proposer = _proposer(k=4, fill="hybrid")
+    tokens = np.zeros((1, 20), dtype=np.int64)
+    tokens[0, :12] = [90, 91, 92, 93, 40, 41, 42, 43, 44, 45, 46, 47]  # prompt of 4 + output
+    proposer.observe_verification(_logits_for([40]), None, ["a"])
+    proposer.propose([[40]], np.array([5]), tokens)  # first step: prompt length 4
+    proposer.observe_verification(_logits_for([47]), None, ["a"])
+    proposer.propose([[41, 42, 43, 44, 45, 46, 47]], np.array([12]), tokens)
+    proposer.retain_requests(set())  # "a" finished
+    assert proposer.tracked_requests() == set()
+    assert [o.tolist() for o in proposer.history.outputs.values()] == \
+        [[40, 41, 42, 43, 44, 45, 46, 47]]
+    tokens[0, :6] = [7, 8, 9, 40, 41, 42]
+    predictions = VerifyPredictions(["b"], np.array([42]), np.array([0, 1]))
+    for greedy, expected in (({"b"}, [43, 44, 45, 46]), (set(), [])):
+        proposer.retain_requests({"b"}, greedy)
+        state = proposer._request("b", [42], 6)
+        state.hybrid.scores.update({"model": 0.0, "ngram": 0.0, "pool": 0.0, "history": 2.0})
+        draft = proposer._draft(0, [42], 4, state, predictions, np.array([6]), tokens)
+        assert draft.tolist()[:len(expected)] == expected
+        assert ("history" in state.hybrid.proposed) == bool(greedy)
 
 
 def test_ngram_prefers_longest_then_first_match():

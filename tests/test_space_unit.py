@@ -32,7 +32,7 @@ def test_space_options_take_the_mask_token_from_the_model_config():
     opts = parse_options({"method": "space", "num_speculative_tokens": 5},
                          max_k=128, hf_config=SimpleNamespace(mask_token_id=7, vocab_size=10))
     assert (opts.mask_token_id, opts.num_speculative_tokens, opts.vllm_draft_tokens,
-            opts.fill) == (7, 5, 10, "ngram")
+            opts.fill) == (7, 5, 10, "hybrid")
 
 
 @pytest.mark.parametrize("spec, config, words", [
@@ -43,7 +43,7 @@ def test_space_options_take_the_mask_token_from_the_model_config():
     ({"method": "space", "num_speculative_tokens": 5, "mask_token_id": 10},
      SimpleNamespace(vocab_size=10), ["mask_token_id", "[0, 9]"]),
     ({"method": "space", "num_speculative_tokens": 5, "fill": "random"},
-     SimpleNamespace(mask_token_id=7, vocab_size=10), ["fill", "ngram, masks, hybrid, tail"]),
+     SimpleNamespace(mask_token_id=7, vocab_size=10), ["fill", "hybrid, ngram, masks, tail"]),
     ({"method": "space", "num_speculative_tokens": 5, "seed": 1},
      SimpleNamespace(mask_token_id=7, vocab_size=10), ["'seed'", "mask_token_id"]),
     ({"method": "jacobi", "num_speculative_tokens": 5, "mask_token_id": 1},
@@ -184,7 +184,7 @@ def test_device_step_reads_mask_rows_and_tails_like_the_host_rule():
     """The capture's fixed-point step, told each request's mask slots, gives the same next
     candidates as the rule on the host: mask rows after a full acceptance, else the tail."""
     proposer = _proposer(k=3)
-    proposer.fill = NoFill()
+    proposer.own_fill = NoFill()
     proposer.use_tail = True
     proposer.request_state = {"full": SpaceRequest(2, None), "rej": SpaceRequest(3, None)}
     # full: c1 c2 + 3 masks, both accepted; rej: c1 c2 c3 + 3 masks, c1 accepted
@@ -266,7 +266,7 @@ def test_mask_logit_is_never_the_argmax():
 
 def test_hybrid_prefers_ngrams_for_a_request_whose_mask_guesses_keep_missing():
     proposer = _proposer(k=3)
-    proposer.fill = NgramFill(2, 2, 100)
+    proposer.own_fill = NgramFill(2, 2, 100)
     tokens = np.zeros((1, 100), dtype=np.int64)
     tokens[0, :6] = [1, 2, 3, 4, 1, 2]  # n-gram lookup alone continues "1 2" with "3 4 1"
     proposer.request_state["r"] = SpaceRequest(0, HybridState({"model": 0.1, "ngram": 1.5}))
@@ -277,7 +277,7 @@ def test_hybrid_prefers_ngrams_for_a_request_whose_mask_guesses_keep_missing():
 
 def test_hybrid_after_a_rejection_scores_the_jacobi_tail_against_ngrams():
     proposer = _proposer(k=3)
-    proposer.fill = NgramFill(2, 2, 100)
+    proposer.own_fill = NgramFill(2, 2, 100)
     proposer.use_tail = True
     tokens = np.zeros((1, 100), dtype=np.int64)
     tokens[0, :6] = [1, 2, 3, 4, 1, 2]  # n-gram lookup alone continues "1 2" with "3 4 1"
@@ -291,6 +291,40 @@ def test_hybrid_after_a_rejection_scores_the_jacobi_tail_against_ngrams():
                                                  num_mask=np.array([3]))
         assert proposer.propose([[50, 51]], np.array([6]), tokens) == [expected + [MASK] * 3]
         assert set(state.proposed) == {"tail", "ngram"}  # scored next step as "tail"
+
+
+def test_ngram_fill_falls_back_to_earlier_outputs_and_requests_feed_them():
+    """With ``fill: ngram`` a rejection without an n-gram match in a greedy request drafts
+    what followed its context in an earlier request's output (a sampled one drafts masks
+    only); a request's output (not its prompt) enters that history when it leaves."""
+    stored = {"method": "space", "num_speculative_tokens": 3, "fill": "ngram",
+              "ngram_min": 2, "ngram_max": 4, "seed": 0, "mask_token_id": MASK}
+    proposer = SpaceProposer(SimpleNamespace(
+        additional_config={"vllm_cllm": stored},
+        speculative_config=SimpleNamespace(num_speculative_tokens=6),
+        model_config=SimpleNamespace(max_model_len=100,
+                                     hf_config=SimpleNamespace(mask_token_id=MASK))))
+    tokens = np.zeros((1, 100), dtype=np.int64)
+    tokens[0, :9] = [90, 91, 30, 31, 32, 33, 34, 35, 36]  # prompt of 2, then its output
+    proposer.predictions = VerifyPredictions(["a"], np.array([30]), np.array([0, 1]))
+    proposer.propose([[30]], np.array([3]), tokens)
+    proposer.predictions = VerifyPredictions(["a"], np.array([36]), np.array([0, 1]))
+    proposer.propose([[31, 32, 33, 34, 35, 36]], np.array([9]), tokens)
+    proposer.retain_requests(set())
+    assert [o.tolist() for o in proposer.history.outputs.values()] == \
+        [[30, 31, 32, 33, 34, 35, 36]]
+    tokens[0, :5] = [7, 8, 31, 32, 33]  # no n-gram repeats here; "31 32 33" did in "a"
+    proposer.request_state["b"] = SpaceRequest(3, None)
+    proposer.retain_requests({"b"}, {"b"})  # a greedy request
+    row = np.array([31, 60, 61, 62, 70, 71, 72])  # 1 of 3 candidates accepted
+    proposer.predictions = VerifyPredictions(["b"], row, np.array([0, 7]),
+                                             num_mask=np.array([3]))
+    assert proposer.propose([[32, 33]], np.array([5]), tokens) == [[34, 35, 36] + [MASK] * 3]
+    proposer.retain_requests({"b"}, set())  # sampled
+    proposer.request_state["b"] = SpaceRequest(3, None)
+    proposer.predictions = VerifyPredictions(["b"], row, np.array([0, 7]),
+                                             num_mask=np.array([3]))
+    assert proposer.propose([[32, 33]], np.array([5]), tokens) == [[MASK] * 3]
 
 
 # --- the paper-layout reference --------------------------------------------------------------
@@ -348,6 +382,6 @@ def test_class_path_alone_gets_space_defaults_from_vllm_slots_and_the_model():
     opts = options_from_vllm_config(config(SimpleNamespace(mask_token_id=7, vocab_size=10)),
                                     "space")
     assert (opts.num_speculative_tokens, opts.vllm_draft_tokens, opts.mask_token_id,
-            opts.fill) == (5, 10, 7, "ngram")
+            opts.fill) == (5, 10, 7, "hybrid")
     with pytest.raises(ConfigError, match="needs a SPACE checkpoint"):
         options_from_vllm_config(config(SimpleNamespace(vocab_size=10)), "space")

@@ -20,6 +20,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from vllm_cllm.history import OutputHistory
+
 #: Set to 1 to print the number of requests a proposer holds state for whenever it changes
 #: (the server load benchmark reads it to show that aborted requests leave nothing behind).
 LOG_STATE_ENV = "VLLM_CLLM_LOG_STATE"
@@ -128,6 +130,7 @@ class VerifyObserver:
         self.predictions: VerifyPredictions | None = None
         self.fixed_point_steps = 0  # verify steps whose blocks came from the device step
         self.request_state: dict[str, Any] = {}
+        self.greedy: set[str] = set()  # requests of the current batch that decode greedily
         self._log_state = os.environ.get(LOG_STATE_ENV) == "1"
         self._logged_count = 0
 
@@ -136,9 +139,10 @@ class VerifyObserver:
 
     def observe_verification(self, logits: Any, spec_decode_metadata: Any,
                              req_ids: list[str]) -> None:
-        if spec_decode_metadata is None:
+        if spec_decode_metadata is None or not any(spec_decode_metadata.num_draft_tokens):
             # No request drafted: every row is just the sampled token, with no tail to shift
-            # (adaptive k at a large batch): nothing to compute on the device.
+            # (adaptive k at a large batch; vLLM 0.32 still builds the metadata): nothing to
+            # compute on the device.
             self.predictions = VerifyPredictions.without_drafts(req_ids)
             return
         num_drafts = list(spec_decode_metadata.num_draft_tokens)
@@ -166,14 +170,20 @@ class VerifyObserver:
         predictions, self.predictions = self.predictions, None
         return predictions
 
-    def retain_requests(self, live_req_ids: set[str]) -> None:
+    def retain_requests(self, live_req_ids: set[str],
+                        greedy_req_ids: set[str] | None = None) -> None:
         self.predictions = None  # a new step begins; last step's capture is spent
+        self.greedy = greedy_req_ids or set()
         for req_id in [r for r in self.request_state if r not in live_req_ids]:
-            del self.request_state[req_id]
+            self.request_done(self.request_state.pop(req_id))
         if self._log_state and len(self.request_state) != self._logged_count:
             self._logged_count = len(self.request_state)
             print(f"vllm-cllm: state held for {self._logged_count} requests "
                   f"({len(live_req_ids)} in the batch)", file=sys.stderr, flush=True)
+
+    def request_done(self, state: Any) -> None:
+        """Called with a request's state as it leaves the batch (finished, aborted or
+        preempted); the state is dropped afterwards."""
 
     def tracked_requests(self) -> set[str]:
         """Requests the proposer holds anything for (tests use it to prove nothing leaks)."""
@@ -199,3 +209,19 @@ class SelfDraftingProposer(VerifyObserver):
         self.options = options_from_vllm_config(vllm_config, self.method)
         self.k = self.options.num_speculative_tokens
         self.max_model_len = vllm_config.model_config.max_model_len
+        #: Outputs of the last ``history_size`` requests that left the batch: a bounded store
+        #: shared by all requests (not per-request state), filled in the order requests
+        #: leave, which every tensor-parallel rank sees alike (vllm_cllm/history.py).
+        self.history = OutputHistory(self.options.history_size)
+
+    def uses_history(self, req_id: str | None) -> bool:
+        """Whether ``req_id`` may be drafted from earlier requests' outputs: only a greedy
+        request, whose output no draft can change. A sampled request's samples depend on its
+        drafts, and a seeded one must get the same samples whatever ran before it."""
+        return bool(self.history) and req_id in self.greedy
+
+    def request_done(self, state: Any) -> None:
+        """A request's output (its state's ``seen`` tokens) goes into the history."""
+        seen = getattr(state, "seen", None)
+        if seen is not None:
+            self.history.add(seen.output())

@@ -17,6 +17,7 @@ import numpy as np
 from vllm_cllm.adaptive import AcceptanceRate, draft_lengths
 from vllm_cllm.capture import SelfDraftingProposer, VerifyPredictions
 from vllm_cllm.fill import Fill, NgramFill, RandomContextFill, make_fill, pool_continuation
+from vllm_cllm.history import OutputHistory, SeenTokens
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -60,9 +61,9 @@ def _initial_scores() -> dict[str, float]:
 class HybridState:
     """Per-request record of how well each draft source has predicted committed tokens.
 
-    Sources are named (``model``, ``ngram``, ``pool``; ``space`` adds ``tail``); a source
-    seen for the first time starts at 0. Each step the best-scoring source that has a draft
-    is drafted; ties go to the source listed first.
+    Sources are named (``model``, ``ngram``, ``pool``, ``history``; ``space`` adds ``tail``);
+    a source seen for the first time starts at 0. Each step the best-scoring source that has
+    a draft is drafted; ties go to the source listed first.
     """
 
     scores: dict[str, float] = field(default_factory=_initial_scores)
@@ -95,10 +96,12 @@ class HybridState:
         return draft
 
     def draft(self, model: np.ndarray, ngram: np.ndarray, context: np.ndarray,
-              block: np.ndarray, room: int, pool_size: int, ngram_max: int) -> np.ndarray:
-        """Choose among the model's draft, the n-gram continuation and (``pool_size`` > 0)
-        the pool's continuation; then remember this step's ``block`` (the model's
-        predictions past the committed tokens) in the pool."""
+              block: np.ndarray, room: int, pool_size: int, ngram_max: int,
+              history: OutputHistory | None = None) -> np.ndarray:
+        """Choose among the model's draft, the n-gram continuation, (``pool_size`` > 0) the
+        pool's continuation and (given ``history``, earlier requests' outputs) what followed
+        the context there; then remember this step's ``block`` (the model's predictions past
+        the committed tokens) in the pool."""
         candidates = {MODEL_SOURCE: model, "ngram": ngram}
         if pool_size:
             candidates["pool"] = np.asarray(pool_continuation(
@@ -106,20 +109,25 @@ class HybridState:
             if len(block):
                 self.pool.append(np.concatenate([context[-1:], block]))
                 del self.pool[:-pool_size]
+        if history:
+            candidates["history"] = history.continuation(context, room)
         return self.choose(candidates)
 
 
 @dataclass
 class JacobiRequest:
     """What the proposer remembers about one running request (dropped when it leaves):
-    the hybrid fill's state and its acceptance rate (adaptive k)."""
+    the hybrid fill's state, its acceptance rate (adaptive k), and its tokens (for the
+    proposer's history once it leaves)."""
 
+    seen: SeenTokens
     hybrid: HybridState = field(default_factory=HybridState)
     rate: AcceptanceRate = field(default_factory=AcceptanceRate)
 
 
 class JacobiProposer(SelfDraftingProposer):
-    """The ``jacobi`` method's proposer (see the module docstring)."""
+    """The ``jacobi`` method's proposer (see the module docstring); ``hybrid`` also drafts
+    from the outputs of earlier requests (:attr:`history`)."""
 
     method = "jacobi"
 
@@ -139,7 +147,8 @@ class JacobiProposer(SelfDraftingProposer):
                  for i, sampled in enumerate(sampled_token_ids)]  # 0: partial prefill, or full
         states: list[JacobiRequest | None] = [None] * len(rooms)
         if predictions is not None and (self.options.fill == "hybrid" or self.options.adaptive):
-            states = [self._request(predictions.req_ids[i], sampled) if rooms[i] else None
+            states = [self._request(predictions.req_ids[i], sampled, int(num_tokens_no_spec[i]))
+                      if rooms[i] else None
                       for i, sampled in enumerate(sampled_token_ids)]
         if self.options.adaptive and predictions is not None:
             rooms = draft_lengths([s.rate.position_values() if s else (0.0, 0.0)
@@ -165,15 +174,20 @@ class JacobiProposer(SelfDraftingProposer):
         draft = next_draft(tail, context, room, self.fill, self.restart)
         if state is None or self.options.fill != "hybrid":
             return draft
+        if self.options.history_size:
+            state.seen.tokens = context.copy()
+        history = self.history if predictions is not None and self.uses_history(
+            predictions.req_ids[i]) else None
         return state.hybrid.draft(draft, np.asarray(self.fill(context, room), dtype=np.int64),
                                   context, tail, room, self.options.pool_size,
-                                  self.options.ngram_max)
+                                  self.options.ngram_max, history)
 
-    def _request(self, req_id: str, sampled: list[int]) -> JacobiRequest:
+    def _request(self, req_id: str, sampled: list[int], num_tokens: int) -> JacobiRequest:
         """The request's state, updated with what the last step committed (``sampled``)."""
         state = self.request_state.get(req_id)
         if state is None:  # first step after prefill: nothing drafted yet, nothing to score
-            state = self.request_state[req_id] = JacobiRequest()
+            state = JacobiRequest(SeenTokens(prompt_len=num_tokens - len(sampled)))
+            self.request_state[req_id] = state
         else:
             state.hybrid.update(sampled)
             state.rate.observe(len(sampled) - 1)

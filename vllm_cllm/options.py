@@ -20,12 +20,12 @@ METHODS: dict[str, str] = {
 
 FILL_POLICIES = ("hybrid", "ngram", "tail", "random")
 #: What ``space`` drafts when its mask slots cannot be used (vllm_cllm/space.py); 1st: default.
-SPACE_FILL_POLICIES = ("ngram", "masks", "hybrid", "tail")
+SPACE_FILL_POLICIES = ("hybrid", "ngram", "masks", "tail")
 #: Options each method accepts besides num_speculative_tokens.
 METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
     "jacobi": ("fill", "ngram_min", "ngram_max", "seed", "adaptive", "knee_tokens",
-               "pool_size"),
-    "space": ("fill", "ngram_min", "ngram_max", "mask_token_id"),
+               "pool_size", "history_size"),
+    "space": ("fill", "ngram_min", "ngram_max", "history_size", "mask_token_id"),
 }
 
 #: Keys the plugin sets itself in vLLM's SpeculativeConfig.
@@ -55,6 +55,10 @@ class ProposerOptions:
     pool_size: with ``hybrid``, how many of the request's recent Jacobi iterates are kept as a
       third draft source (Lookahead's n-gram pool, Jacobi Forcing's rejection recycling);
       0 turns it off.
+    history_size: how many outputs of requests that already left the batch are kept as a
+      draft source (what followed the context's last 3–16 tokens there, as vLLM's ``suffix``
+      method does across requests): ``jacobi``'s ``hybrid`` scores it as a fourth source;
+      ``space`` drafts it when the request's own n-grams have no match; 0 turns it off.
     mask_token_id (``space``): the checkpoint's mask token, from its config unless given.
     For ``space``, num_speculative_tokens is k, the candidates per step; vLLM verifies 2k
     draft slots (k candidates + k masks).
@@ -69,6 +73,7 @@ class ProposerOptions:
     adaptive: bool = False
     knee_tokens: int = 16
     pool_size: int = 8
+    history_size: int = 16
     mask_token_id: int | None = None
 
     @property
@@ -131,10 +136,13 @@ def parse_options(spec: dict[str, Any], max_k: int, hf_config: Any = None) -> Pr
     knee_tokens = _int_in("knee_tokens", spec.get("knee_tokens", default_knee_tokens()), 1,
                           1 << 20)
     pool_size = _int_in("pool_size", spec.get("pool_size", ProposerOptions.pool_size), 0, 64)
+    history_size = _int_in("history_size",
+                           spec.get("history_size", ProposerOptions.history_size), 0, 256)
     mask_token_id = _mask_token_id(spec, hf_config) if method == "space" else None
     return ProposerOptions(method=method, num_speculative_tokens=k, fill=fill,
                            ngram_min=ngram_min, ngram_max=ngram_max, seed=seed,
                            adaptive=adaptive, knee_tokens=knee_tokens, pool_size=pool_size,
+                           history_size=history_size,
                            mask_token_id=mask_token_id)
 
 

@@ -1,0 +1,52 @@
+"""gsm_symbolic at batch 1 with more problems than `vllm-cllm bench` uses: the CLLM demo's
+`jacobi` against vLLM's `ngram` and `suffix` (on the base model, as in the bench, and on the
+CLLM), each against its own model without speculation, in one run.
+
+    .venv/bin/python benchmarks/gsm_batch1.py --problems 16 --max-tokens 128 --out results/gsm_b1
+
+Uses the bench's machinery (`vllm_cllm.bench.run`: one engine per configuration, results
+cached under OUT/raw, evaluation seed 1000) and prints one line per configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from vllm_cllm.bench import MODELS, BenchConfig, BenchPlan, configurations, run
+from vllm_cllm.models import model_path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--problems", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--history-size", type=int, default=None,
+                        help="jacobi's history_size (default: the option's default)")
+    parser.add_argument("--out", default="results/gsm_b1")
+    args = parser.parse_args()
+    plan = BenchPlan(datasets=("gsm",), batch_sizes=(1,), prompts_per_batch={1: args.problems},
+                     max_tokens=args.max_tokens)
+    configs = [c for c in configurations(plan.k) if c.model in ("base", "cllm")
+               and not c.method.startswith("jacobi adaptive")
+               and not (c.model == "base" and c.method.startswith("jacobi"))]
+    if args.history_size is not None:
+        configs = [BenchConfig(c.model, f"{c.method} history_size={args.history_size}",
+                               {**c.spec, "history_size": args.history_size})
+                   if c.method.startswith("jacobi") else c for c in configs]
+    configs.append(BenchConfig("cllm", "suffix", {"method": "suffix",
+                                                  "num_speculative_tokens": 16}))
+    rows = run(plan, Path(args.out), {k: str(model_path(v)) for k, v in MODELS.items()}, configs)
+    print("| model | method | tokens/step | tokens/s | speed-up | identical |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['method']} | {r['tpf']:.2f} | {r['tokens_per_s']:.1f} | "
+              f"{r['speedup']:.2f}x | {r['identical']} |")
+    slim = [{k: v for k, v in r.items() if k != "tokens"} for r in rows]
+    (Path(args.out) / "results.json").write_text(json.dumps(slim, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
