@@ -2,7 +2,8 @@
 `jacobi` against vLLM's `ngram` and `suffix` (on the base model, as in the bench, and on the
 CLLM), each against its own model without speculation, in one run.
 
-    .venv/bin/python benchmarks/gsm_batch1.py --problems 16 --max-tokens 128 --out results/gsm_b1
+    .venv/bin/python benchmarks/gsm_batch1.py --problems 16 --max-tokens 128 --history-size 0 \
+        --out results/gsm_b1
 
 Uses the bench's machinery (`vllm_cllm.bench.run`: one engine per configuration, results
 cached under OUT/raw, evaluation seed 1000) and prints one line per configuration.
@@ -23,7 +24,7 @@ def main() -> int:
     parser.add_argument("--problems", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--history-size", type=int, default=None,
-                        help="jacobi's history_size (default: the option's default)")
+                        help="also run jacobi with this history_size")
     parser.add_argument("--out", default="results/gsm_b1")
     args = parser.parse_args()
     plan = BenchPlan(datasets=("gsm",), batch_sizes=(1,), prompts_per_batch={1: args.problems},
@@ -31,18 +32,19 @@ def main() -> int:
     configs = [c for c in configurations(plan.k) if c.model in ("base", "cllm")
                and not c.method.startswith("jacobi adaptive")
                and not (c.model == "base" and c.method.startswith("jacobi"))]
-    if args.history_size is not None:
-        configs = [BenchConfig(c.model, f"{c.method} history_size={args.history_size}",
-                               {**c.spec, "history_size": args.history_size})
-                   if c.method.startswith("jacobi") else c for c in configs]
+    if args.history_size is not None:  # beside the default, not instead of it
+        configs += [BenchConfig(c.model, f"{c.method} history_size={args.history_size}",
+                                {**c.spec, "history_size": args.history_size})
+                    for c in configs if c.method.startswith("jacobi")]
     configs.append(BenchConfig("cllm", "suffix", {"method": "suffix",
                                                   "num_speculative_tokens": 16}))
     rows = run(plan, Path(args.out), {k: str(model_path(v)) for k, v in MODELS.items()}, configs)
-    print("| model | method | tokens/step | tokens/s | speed-up | identical |")
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['model']} | {r['method']} | {r['tpf']:.2f} | {r['tokens_per_s']:.1f} | "
-              f"{r['speedup']:.2f}x | {r['identical']} |")
+    lines = ["| model | method | tokens/step | tokens/s | speed-up | identical |",
+             "|---|---|---|---|---|---|"] + [
+        f"| {r['model']} | {r['method']} | {r['tpf']:.2f} | {r['tokens_per_s']:.1f} | "
+        f"{r['speedup']:.2f}x | {r['identical']} |" for r in rows]
+    (Path(args.out) / "table.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
     slim = [{k: v for k, v in r.items() if k != "tokens"} for r in rows]
     (Path(args.out) / "results.json").write_text(json.dumps(slim, indent=1))
     return 0
