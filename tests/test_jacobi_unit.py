@@ -173,7 +173,7 @@ def test_proposer_drafts_from_its_pool_of_recent_iterates():
     """The proposer keeps each request's recent Jacobi iterates (last committed token + tail)
     and, once the pool has matched better than the other sources, drafts its continuation."""
     proposer = _proposer(k=3, fill="hybrid")
-    state = proposer._request("a", [1], 3)
+    state = proposer._request("a", [1])
     state.hybrid.pool.append(np.array([2, 30, 31, 32]))
     state.hybrid.scores.update({"model": 0.0, "ngram": 0.0, "pool": 2.0})
     tokens = np.zeros((1, 20), dtype=np.int64)
@@ -212,7 +212,7 @@ def test_outputs_of_requests_that_left_become_a_draft_source_for_greedy_requests
     predictions = VerifyPredictions(["b"], np.array([42]), np.array([0, 1]))
     for greedy, expected in (({"b"}, [43, 44, 45, 46]), (set(), [])):
         proposer.retain_requests({"b"}, greedy)
-        state = proposer._request("b", [42], 6)
+        state = proposer._request("b", [42])
         state.hybrid.scores.update({"model": 0.0, "ngram": 0.0, "pool": 0.0, "history": 2.0})
         draft = proposer._draft(0, [42], 4, state, predictions, np.array([6]), tokens)
         assert draft.tolist()[:len(expected)] == expected

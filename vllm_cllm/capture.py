@@ -221,7 +221,6 @@ class SelfDraftingProposer(VerifyObserver):
         return bool(self.history) and req_id in self.greedy
 
     def request_done(self, state: Any) -> None:
-        """A request's output (its state's ``seen`` tokens) goes into the history."""
-        seen = getattr(state, "seen", None)
-        if seen is not None:
-            self.history.add(seen.output())
+        """A request's output (its state's ``output``: the tokens committed while it ran)
+        goes into the history."""
+        self.history.add(np.asarray(state.output, dtype=np.int64))

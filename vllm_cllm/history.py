@@ -12,7 +12,6 @@ tensor-parallel rank sees alike, so every rank drafts the same.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -72,18 +71,6 @@ class OutputHistory:
             best = max(best, (int(differ[0]) if len(differ) else m, serial, -pos))
         _, serial, neg_pos = best
         return self.outputs[serial][-neg_pos:-neg_pos + num_tokens]
-
-
-@dataclass
-class SeenTokens:
-    """A running request's latest tokens and where its output starts in them: what goes into
-    the history when it leaves (vLLM reuses its token row by then, so this is a copy)."""
-
-    prompt_len: int
-    tokens: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
-
-    def output(self) -> np.ndarray:
-        return self.tokens[self.prompt_len:]
 
 
 class HistoryFill:

@@ -17,7 +17,7 @@ import numpy as np
 from vllm_cllm.adaptive import AcceptanceRate, draft_lengths
 from vllm_cllm.capture import SelfDraftingProposer, VerifyPredictions
 from vllm_cllm.fill import Fill, NgramFill, RandomContextFill, make_fill, pool_continuation
-from vllm_cllm.history import OutputHistory, SeenTokens
+from vllm_cllm.history import OutputHistory
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -117,10 +117,10 @@ class HybridState:
 @dataclass
 class JacobiRequest:
     """What the proposer remembers about one running request (dropped when it leaves):
-    the hybrid fill's state, its acceptance rate (adaptive k), and its tokens (for the
-    proposer's history once it leaves)."""
+    the hybrid fill's state, its acceptance rate (adaptive k), and (with a history) the
+    tokens committed so far, which join the proposer's history once it leaves."""
 
-    seen: SeenTokens
+    output: list[int] = field(default_factory=list)
     hybrid: HybridState = field(default_factory=HybridState)
     rate: AcceptanceRate = field(default_factory=AcceptanceRate)
 
@@ -147,8 +147,7 @@ class JacobiProposer(SelfDraftingProposer):
                  for i, sampled in enumerate(sampled_token_ids)]  # 0: partial prefill, or full
         states: list[JacobiRequest | None] = [None] * len(rooms)
         if predictions is not None and (self.options.fill == "hybrid" or self.options.adaptive):
-            states = [self._request(predictions.req_ids[i], sampled, int(num_tokens_no_spec[i]))
-                      if rooms[i] else None
+            states = [self._request(predictions.req_ids[i], sampled) if rooms[i] else None
                       for i, sampled in enumerate(sampled_token_ids)]
         if self.options.adaptive and predictions is not None:
             rooms = draft_lengths([s.rate.position_values() if s else (0.0, 0.0)
@@ -174,21 +173,20 @@ class JacobiProposer(SelfDraftingProposer):
         draft = next_draft(tail, context, room, self.fill, self.restart)
         if state is None or self.options.fill != "hybrid":
             return draft
-        if self.options.history_size:
-            state.seen.tokens = context.copy()
-        history = self.history if predictions is not None and self.uses_history(
-            predictions.req_ids[i]) else None
+        req_id = predictions.req_ids[i] if predictions is not None else None
+        history = self.history if self.uses_history(req_id) else None
         return state.hybrid.draft(draft, np.asarray(self.fill(context, room), dtype=np.int64),
                                   context, tail, room, self.options.pool_size,
                                   self.options.ngram_max, history)
 
-    def _request(self, req_id: str, sampled: list[int], num_tokens: int) -> JacobiRequest:
+    def _request(self, req_id: str, sampled: list[int]) -> JacobiRequest:
         """The request's state, updated with what the last step committed (``sampled``)."""
         state = self.request_state.get(req_id)
         if state is None:  # first step after prefill: nothing drafted yet, nothing to score
-            state = JacobiRequest(SeenTokens(prompt_len=num_tokens - len(sampled)))
-            self.request_state[req_id] = state
+            state = self.request_state[req_id] = JacobiRequest()
         else:
             state.hybrid.update(sampled)
             state.rate.observe(len(sampled) - 1)
+        if self.options.history_size:
+            state.output.extend(sampled)
         return state

@@ -40,7 +40,7 @@ import numpy as np
 
 from vllm_cllm.capture import SelfDraftingProposer, shifted_block
 from vllm_cllm.fill import Fill, NgramFill, NoFill
-from vllm_cllm.history import HistoryFill, SeenTokens
+from vllm_cllm.history import HistoryFill
 from vllm_cllm.jacobi import MODEL_SOURCE, HybridState, next_draft
 
 _EMPTY = np.empty(0, dtype=np.int64)
@@ -82,12 +82,13 @@ def mask_rows_ready(drafts: int, num_sampled: int, last_candidates: int | None) 
 @dataclass
 class SpaceRequest:
     """Per-request state, dropped when the request leaves the batch: how many candidates
-    (before the masks) were drafted last step, the ``hybrid`` fill's source scores, and its
-    tokens (for the proposer's history once it leaves)."""
+    (before the masks) were drafted last step, the ``hybrid`` fill's source scores, and
+    (with a history) the tokens committed so far, which join the proposer's history once it
+    leaves."""
 
     last_candidates: int
     scores: HybridState | None  # only with fill=hybrid
-    seen: SeenTokens = field(default_factory=lambda: SeenTokens(prompt_len=0))
+    output: list[int] = field(default_factory=list)
 
 
 class SpaceProposer(SelfDraftingProposer):
@@ -103,13 +104,12 @@ class SpaceProposer(SelfDraftingProposer):
         # also scores, per request, those candidates against n-grams alone
         policy = self.options.fill
         self.use_tail = policy in ("tail", "hybrid")
-        self.ngram = NgramFill(self.options.ngram_min, self.options.ngram_max,
-                               self.max_model_len)
+        ngram = NgramFill(self.options.ngram_min, self.options.ngram_max, self.max_model_len)
         #: the fill of a sampled request, and of a greedy one (which may also draft from
         #: earlier requests' outputs: see ``uses_history``)
-        self.own_fill: Fill = NoFill() if policy == "masks" else self.ngram
+        self.own_fill: Fill = NoFill() if policy == "masks" else ngram
         self.greedy_fill: Fill = self.own_fill if policy == "masks" else HistoryFill(
-            self.ngram, self.history)
+            ngram, self.history)
         self.scored = policy == "hybrid"
 
     def mask_slots(self, req_ids: list[str], num_drafts: list[int]) -> list[int]:
@@ -161,8 +161,7 @@ class SpaceProposer(SelfDraftingProposer):
             candidates = next_candidates(row, len(sampled), last_candidates, k, context,
                                          fill, self.use_tail, block)
             if state is None:
-                state = SpaceRequest(0, HybridState() if self.scored else None,
-                                     SeenTokens(prompt_len=num_tokens - len(sampled)))
+                state = SpaceRequest(0, HybridState() if self.scored else None)
             elif state.scores is not None:
                 state.scores.update(sampled)
             if state.scores is not None:
@@ -170,7 +169,7 @@ class SpaceProposer(SelfDraftingProposer):
                     candidates, row, len(sampled), last_candidates, context, k, fill))
             state.last_candidates = len(candidates)
             if self.options.history_size:
-                state.seen.tokens = context.copy()
+                state.output.extend(sampled)
             if req_id is not None:
                 self.request_state[req_id] = state
             masks = min(self.k, room - len(candidates))
