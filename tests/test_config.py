@@ -17,6 +17,13 @@ def test_defaults_and_valid_options():
     assert adaptive.adaptive and adaptive.knee_tokens == 64
     assert parse_options({"method": "jacobi", "num_speculative_tokens": 8},
                          max_k=128).knee_tokens == 16  # the CPU platform's default
+    # the history is kept only where the fill drafts from it
+    assert opts.history_in_use == 0
+    assert parse_options({"method": "jacobi", "num_speculative_tokens": 8},
+                         max_k=128).history_in_use == 16
+    masks = parse_options({"method": "space", "num_speculative_tokens": 4, "fill": "masks",
+                           "mask_token_id": 3}, max_k=128)
+    assert masks.history_in_use == 0
 
 
 @pytest.mark.parametrize("spec, words", [
@@ -34,6 +41,13 @@ def test_defaults_and_valid_options():
     ({"method": "jacobi", "num_speculative_tokens": 4, "knee_tokens": 0}, ["knee_tokens"]),
     ({"method": "space", "num_speculative_tokens": 4, "adaptive": True,
       "mask_token_id": 3}, ["'adaptive'", "allowed"]),
+    # options a fill does not use are refused, not silently dropped
+    ({"method": "jacobi", "num_speculative_tokens": 4, "fill": "ngram", "history_size": 8},
+     ["history_size", "fill hybrid", "'ngram'"]),
+    ({"method": "jacobi", "num_speculative_tokens": 4, "fill": "tail", "pool_size": 4},
+     ["pool_size", "fill hybrid", "'tail'"]),
+    ({"method": "space", "num_speculative_tokens": 4, "fill": "masks", "history_size": 8,
+      "mask_token_id": 3}, ["history_size", "hybrid or ngram or tail", "'masks'"]),
 ])
 def test_bad_options_name_the_option_and_allowed_values(spec, words):
     with pytest.raises(ConfigError) as err:

@@ -212,7 +212,7 @@ class SelfDraftingProposer(VerifyObserver):
         #: Outputs of the last ``history_size`` requests that left the batch: a bounded store
         #: shared by all requests (not per-request state), filled in the order requests
         #: leave, which every tensor-parallel rank sees alike (vllm_cllm/history.py).
-        self.history = OutputHistory(self.options.history_size)
+        self.history = OutputHistory(self.options.history_in_use)
 
     def uses_history(self, req_id: str | None) -> bool:
         """Whether ``req_id`` may be drafted from earlier requests' outputs: only a greedy

@@ -187,6 +187,6 @@ class JacobiProposer(SelfDraftingProposer):
         else:
             state.hybrid.update(sampled)
             state.rate.observe(len(sampled) - 1)
-        if self.options.history_size:
+        if self.history.size:
             state.output.extend(sampled)
         return state

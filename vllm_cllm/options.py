@@ -28,6 +28,14 @@ METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
     "space": ("fill", "ngram_min", "ngram_max", "history_size", "mask_token_id"),
 }
 
+#: Options that only some fills use, by method: given with another fill they are refused
+#: rather than silently ignored. ``space``'s ``tail`` completes the tail from the n-gram
+#: lookup, which is where the history comes in.
+FILL_OPTIONS: dict[str, dict[str, tuple[str, ...]]] = {
+    "jacobi": {"pool_size": ("hybrid",), "history_size": ("hybrid",)},
+    "space": {"history_size": ("hybrid", "ngram", "tail")},
+}
+
 #: Keys the plugin sets itself in vLLM's SpeculativeConfig.
 OWN_KEYS = {"method", "num_speculative_tokens", "model"}
 #: Other SpeculativeConfig keys that the plugin passes through to vLLM untouched.
@@ -59,6 +67,8 @@ class ProposerOptions:
       draft source (what followed the context's last 3–16 tokens there, as vLLM's ``suffix``
       method does across requests): ``jacobi``'s ``hybrid`` scores it as a fourth source;
       ``space`` drafts it when the request's own n-grams have no match; 0 turns it off.
+    ``pool_size`` and ``history_size`` given with a fill that does not use them are refused
+    (``FILL_OPTIONS``).
     mask_token_id (``space``): the checkpoint's mask token, from its config unless given.
     For ``space``, num_speculative_tokens is k, the candidates per step; vLLM verifies 2k
     draft slots (k candidates + k masks).
@@ -81,6 +91,12 @@ class ProposerOptions:
         """Draft slots vLLM schedules per request and step."""
         k = self.num_speculative_tokens
         return 2 * k if self.method == "space" else k
+
+    @property
+    def history_in_use(self) -> int:
+        """``history_size`` where the fill drafts from the history, else 0: nothing is kept."""
+        fills = FILL_OPTIONS[self.method].get("history_size", ())
+        return self.history_size if self.fill in fills else 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,6 +142,10 @@ def parse_options(spec: dict[str, Any], max_k: int, hf_config: Any = None) -> Pr
         raise ConfigError(
             f"vllm-cllm: fill for method {method!r} must be one of {', '.join(policies)}; "
             f"got {fill!r}")
+    for name, fills in FILL_OPTIONS[method].items():
+        if name in spec and fill not in fills:
+            raise ConfigError(f"vllm-cllm: {name} is used only with fill {' or '.join(fills)} "
+                              f"for method {method!r}; got fill {fill!r}")
     ngram_min = _int_in("ngram_min", spec.get("ngram_min", ProposerOptions.ngram_min), 1, 64)
     ngram_max = _int_in("ngram_max", spec.get("ngram_max", ProposerOptions.ngram_max),
                         ngram_min, 64)

@@ -168,7 +168,7 @@ class SpaceProposer(SelfDraftingProposer):
                 candidates = state.scores.choose(self._sources(
                     candidates, row, len(sampled), last_candidates, context, k, fill))
             state.last_candidates = len(candidates)
-            if self.options.history_size:
+            if self.history.size:
                 state.output.extend(sampled)
             if req_id is not None:
                 self.request_state[req_id] = state
