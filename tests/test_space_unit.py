@@ -265,14 +265,24 @@ def test_mask_logit_is_never_the_argmax():
 
 
 def test_hybrid_prefers_ngrams_for_a_request_whose_mask_guesses_keep_missing():
+    """...and the lookup drafts past k, as far as its match goes, into the 2k slots: the
+    masks take the slots it leaves."""
     proposer = _proposer(k=3)
     proposer.own_fill = NgramFill(2, 2, 100)
     tokens = np.zeros((1, 100), dtype=np.int64)
-    tokens[0, :6] = [1, 2, 3, 4, 1, 2]  # n-gram lookup alone continues "1 2" with "3 4 1"
+    tokens[0, :6] = [1, 2, 3, 4, 1, 2]  # n-gram lookup alone continues "1 2" with "3 4 1 2"
     proposer.request_state["r"] = SpaceRequest(0, HybridState({"model": 0.1, "ngram": 1.5}))
     proposer.predictions = VerifyPredictions(["r"], np.array([2, 42, 43, 44]),
                                              np.array([0, 4]))
-    assert proposer.propose([[2]], np.array([6]), tokens) == [[3, 4, 1] + [MASK] * 3]
+    assert proposer.propose([[2]], np.array([6]), tokens) == [[3, 4, 1, 2] + [MASK] * 2]
+    assert proposer.request_state["r"].last_candidates == 4
+    # a match as long as all 2k slots leaves no mask; the next step has no mask rows then
+    tokens[0, :10] = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2]
+    proposer.request_state["r"] = SpaceRequest(0, HybridState({"model": 0.1, "ngram": 1.5}))
+    proposer.predictions = VerifyPredictions(["r"], np.array([2, 42, 43, 44]),
+                                             np.array([0, 4]))
+    assert proposer.propose([[2]], np.array([10]), tokens) == [[3, 4, 5, 6, 7, 8]]
+    assert proposer.mask_slots(["r"], [6]) == [0]
 
 
 def test_hybrid_after_a_rejection_scores_the_jacobi_tail_against_ngrams():
@@ -283,13 +293,15 @@ def test_hybrid_after_a_rejection_scores_the_jacobi_tail_against_ngrams():
     tokens[0, :6] = [1, 2, 3, 4, 1, 2]  # n-gram lookup alone continues "1 2" with "3 4 1"
     # last step: 3 candidates + 3 masks, the 2nd candidate rejected -> the tail behind it
     row = np.array([50, 51, 52, 53, 60, 61, 62])
-    for scores, expected in (({"model": 1.0, "tail": 0.9, "ngram": 0.2}, [52, 53]),
-                             ({"model": 1.0, "tail": 0.1, "ngram": 1.5}, [3, 4, 1])):
+    for scores, expected in (({"model": 1.0, "tail": 0.9, "ngram": 0.2}, [52, 53, MASK,
+                                                                           MASK, MASK]),
+                             ({"model": 1.0, "tail": 0.1, "ngram": 1.5}, [3, 4, 1, 2, MASK,
+                                                                           MASK])):
         state = HybridState(dict(scores))
         proposer.request_state["r"] = SpaceRequest(3, state)
         proposer.predictions = VerifyPredictions(["r"], row, np.array([0, 7]),
                                                  num_mask=np.array([3]))
-        assert proposer.propose([[50, 51]], np.array([6]), tokens) == [expected + [MASK] * 3]
+        assert proposer.propose([[50, 51]], np.array([6]), tokens) == [expected]
         assert set(state.proposed) == {"tail", "ngram"}  # scored next step as "tail"
 
 

@@ -333,3 +333,18 @@ def test_committed_artifacts_name_their_bases():
     assert artifact_base("smollm2-135m-space-gsm") == "smollm2-135m-instruct"
     assert artifact_base("smollm2-135m-space-cllm-gsm") == "smollm2-135m-cllm-gsm"
     assert "smollm2-135m-space-cllm-gsm" in BUILDERS
+
+
+def test_training_prompts_can_leave_out_questions_the_evaluation_asks():
+    """gsm_symbolic reuses templates, so seed 1 draws one of seed 1000's first 40 questions
+    verbatim (its 287th); ``exclude_eval`` drops exactly such prompts, and the evaluation
+    seed itself is refused for training."""
+    from vllm_cllm.training.gsm import GSM_EVAL_SEED, gsm_problems, training_problems
+
+    held_out = {p["question"] for p in gsm_problems(40, GSM_EVAL_SEED)}
+    every = training_problems(400, 1)
+    assert [i for i, p in enumerate(every) if p["question"] in held_out] == [286]
+    kept = training_problems(400, 1, exclude_eval=40)
+    assert kept == every[:286] + every[287:]
+    with pytest.raises(ValueError, match="evaluation seed"):
+        training_problems(10, GSM_EVAL_SEED)

@@ -23,7 +23,6 @@ from vllm_cllm.benchmarking import against_baseline, measure_in_subprocess
 MODELS = {"base": "smollm2-135m-instruct", "cllm": "smollm2-135m-cllm-gsm",
           "space": "smollm2-135m-space-gsm"}
 DATASETS = ("gsm", "humaneval", "mtbench", "sharegpt")
-GSM_EVAL_SEED = 1000  # never used in training (the demos train on seed 1)
 
 
 @dataclass(frozen=True)
@@ -105,7 +104,7 @@ def prompt_sets(plan: BenchPlan, tokenizer: Any) -> dict[str, list[str]]:
         mtbench_questions,
         sharegpt_questions,
     )
-    from vllm_cllm.training.gsm import chat_prompt, gsm_problems
+    from vllm_cllm.training.gsm import GSM_EVAL_SEED, chat_prompt, gsm_problems
 
     count = sum(plan.prompts_per_batch[b] for b in plan.batch_sizes)
     loaders = {

@@ -30,6 +30,19 @@ def vllm_executable() -> str:
     return str(beside) if beside.exists() else (shutil.which("vllm") or "vllm")
 
 
+def bundled_jemalloc() -> str | None:
+    """jemalloc as the ``ray`` wheel ships it (an extra of this project), for ``LD_PRELOAD``:
+    vLLM's CPU guide advises preloading an allocator for a long-running server, and glibc's
+    lets the worker's RSS creep under load (README, Server load)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("ray")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    lib = Path(next(iter(spec.submodule_search_locations))) / "core" / "libjemalloc.so"
+    return str(lib) if lib.exists() else None
+
+
 def serve_command(model: str, port: int, *extra: str) -> list[str]:
     """The documented command: ``vllm serve MODEL ...`` plus CPU-friendly defaults."""
     return [vllm_executable(), "serve", model, "--host", "127.0.0.1", "--port", str(port),

@@ -14,22 +14,24 @@ def _resolve_model(name: str) -> str:
     return str(model_path(name)) if name in BUILDERS else name
 
 
-def _gsm_prompts(model: str, num_prompts: int, seed: int) -> list[str]:
-    """gsm_symbolic problems of ``seed`` in the model's chat template."""
+def _gsm_prompts(model: str, num_prompts: int, seed: int, exclude_eval: int = 0) -> list[str]:
+    """gsm_symbolic problems of ``seed`` in the model's chat template (see
+    :func:`~vllm_cllm.training.gsm.training_problems` for ``exclude_eval``)."""
     from transformers import AutoTokenizer
 
-    from vllm_cllm.training.gsm import chat_prompt, gsm_problems
+    from vllm_cllm.training.gsm import chat_prompt, training_problems
 
     tokenizer = AutoTokenizer.from_pretrained(model)
-    return [chat_prompt(tokenizer, p["question"]) for p in gsm_problems(num_prompts, seed)]
+    return [chat_prompt(tokenizer, p["question"])
+            for p in training_problems(num_prompts, seed, exclude_eval)]
 
 
 def _gsm_answers(model: str, num_prompts: int, seed: int, max_new_tokens: int, cache: Path,
-                 ray_workers: int = 0) -> list[tuple[list[int], list[int]]]:
+                 ray_workers: int = 0, exclude_eval: int = 0) -> list[tuple[list[int], list[int]]]:
     """(prompt_ids, greedy answer_ids) for gsm_symbolic chat prompts of ``seed``, cached."""
     from vllm_cllm.training.answers import generate_answers
 
-    prompts = _gsm_prompts(model, num_prompts, seed)
+    prompts = _gsm_prompts(model, num_prompts, seed, exclude_eval)
     return generate_answers(model, prompts, max_new_tokens, cache, ray_workers=ray_workers)
 
 
@@ -43,14 +45,16 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
     if args.mode == "onpolicy":
         from vllm_cllm.training.onpolicy import write_onpolicy
 
-        written = write_onpolicy(out, model, _gsm_prompts(model, args.num_prompts, args.seed),
+        written = write_onpolicy(out, model, _gsm_prompts(model, args.num_prompts, args.seed,
+                                                          args.exclude_eval),
                                  n=args.block_size, k=args.block_size - 1,
                                  max_new_tokens=args.max_new_tokens,
                                  max_per_prompt=args.max_states, seed=args.seed)
         print(f"{written} new records in {out}")
         return 0
     items = _gsm_answers(model, args.num_prompts, args.seed, args.max_new_tokens,
-                         out.with_name(out.stem + ".answers.jsonl"), args.ray_workers)
+                         out.with_name(out.stem + ".answers.jsonl"), args.ray_workers,
+                         args.exclude_eval)
     hf_model = None
     if args.mode == "jacobi":
         import torch
@@ -86,9 +90,11 @@ def cmd_space(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     answers = Path(args.answers) if args.answers else out / "answers.jsonl"
-    items = _gsm_answers(model, args.num_prompts, args.prompt_seed, args.max_new_tokens, answers)
+    items = _gsm_answers(model, args.num_prompts, args.prompt_seed, args.max_new_tokens, answers,
+                         exclude_eval=args.exclude_eval)
     (out / "train_config.json").write_text(json.dumps(
         {"base_model": args.model, "num_prompts": args.num_prompts, "prompt_seed": args.prompt_seed,
+         "exclude_eval": args.exclude_eval, "prompts_used": len(items),
          "answers": str(answers), **asdict(config)}, indent=1))
     print(train_space(model, items, out, config))
     return 0
@@ -102,6 +108,12 @@ def _add_config_flags(parser: argparse.ArgumentParser, defaults: object,
             continue
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=type(f.default),
                             default=None, help=f"default {f.default}")
+
+
+def _add_exclude_eval(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--exclude-eval", type=int, default=0, metavar="N",
+                        help="drop prompts whose question is verbatim among the first N "
+                        "evaluation problems (seed 1000; the benchmarks use at most 40)")
 
 
 def add_train_parser(sub: argparse._SubParsersAction) -> None:
@@ -122,6 +134,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                    help="states kept per block (onpolicy: per prompt)")
     p.add_argument("--ray-workers", type=int, default=0,
                    help="generate the answers on N Ray actors (RAY_ADDRESS), one engine each")
+    _add_exclude_eval(p)
     p.set_defaults(func=cmd_trajectories)
 
     p = tsub.add_parser("cllm", help="consistency distillation on trajectory data")
@@ -141,6 +154,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--answers", default=None,
                    help="greedy-answer cache (JSON lines; default OUT/answers.jsonl)")
+    _add_exclude_eval(p)
     _add_config_flags(p, SpaceConfigDefaults(), skip=("seed",))
     p.set_defaults(func=cmd_space)
 

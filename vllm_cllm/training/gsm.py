@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+#: the evaluation seed of every gsm_symbolic benchmark here; the demos train on seed 1
+GSM_EVAL_SEED = 1000
+
 INSTRUCTION = "Solve the problem step by step, then give the final answer as 'Answer: <number>'."
 
 
@@ -14,6 +17,20 @@ def gsm_problems(count: int, seed: int) -> list[dict[str, Any]]:
 
     dataset = reasoning_gym.create_dataset("gsm_symbolic", size=count, seed=seed)
     return [{"question": item["question"], "answer": str(item["answer"])} for item in dataset]
+
+
+def training_problems(count: int, seed: int, exclude_eval: int = 0) -> list[dict[str, Any]]:
+    """``count`` problems of a training ``seed``, less any whose question is verbatim among the
+    first ``exclude_eval`` evaluation problems: gsm_symbolic fills a limited set of templates
+    with small numbers, so two seeds can draw the same question (seed 1's 400 prompts hold one
+    of seed 1000's first 40)."""
+    if seed == GSM_EVAL_SEED:
+        raise ValueError(f"seed {GSM_EVAL_SEED} is the evaluation seed: train on another one")
+    problems = gsm_problems(count, seed)
+    if exclude_eval <= 0:
+        return problems
+    held_out = {p["question"] for p in gsm_problems(exclude_eval, GSM_EVAL_SEED)}
+    return [p for p in problems if p["question"] not in held_out]
 
 
 def chat_prompt(tokenizer: Any, question: str) -> str:
