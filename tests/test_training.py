@@ -348,3 +348,15 @@ def test_training_prompts_can_leave_out_questions_the_evaluation_asks():
     assert kept == every[:286] + every[287:]
     with pytest.raises(ValueError, match="evaluation seed"):
         training_problems(10, GSM_EVAL_SEED)
+
+
+@pytest.mark.parametrize("command", ["space", "trajectories"])
+def test_training_on_the_evaluation_seed_is_refused_before_anything_runs(command, tmp_path,
+                                                                         capsys):
+    from vllm_cllm.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", command, "--out", str(tmp_path / "out"), "--seed", "1000"])
+    assert exit_info.value.code == 2
+    assert "1000 is the evaluation seed" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -131,7 +131,7 @@ class SpaceProposer(SelfDraftingProposer):
         return slots
 
     def _sources(self, candidates: np.ndarray, row: np.ndarray, num_sampled: int,
-                 last_candidates: int | None, context: np.ndarray, k: int, fill: Fill,
+                 last_candidates: int | None, context: np.ndarray, fill: Fill,
                  fill_tokens: int) -> dict[str, np.ndarray]:
         """The ``hybrid`` rule's named sources: this step's candidates are the mask rows
         (``model``) or the Jacobi tail completed by n-grams (``tail``), each against the
@@ -178,7 +178,7 @@ class SpaceProposer(SelfDraftingProposer):
                 state.scores.update(sampled)
             if state.scores is not None:
                 candidates = state.scores.choose(self._sources(
-                    candidates, row, len(sampled), last_candidates, context, k, fill,
+                    candidates, row, len(sampled), last_candidates, context, fill,
                     fill_tokens))
             state.last_candidates = len(candidates)
             if self.history.size:

@@ -110,6 +110,17 @@ def _add_config_flags(parser: argparse.ArgumentParser, defaults: object,
                             default=None, help=f"default {f.default}")
 
 
+def _training_seed(text: str) -> int:
+    """A gsm_symbolic seed to train on: refused at parse time if it is the evaluation seed."""
+    from vllm_cllm.training.gsm import GSM_EVAL_SEED
+
+    seed = int(text)
+    if seed == GSM_EVAL_SEED:
+        raise argparse.ArgumentTypeError(
+            f"{seed} is the evaluation seed of every gsm benchmark here; train on another one")
+    return seed
+
+
 def _add_exclude_eval(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exclude-eval", type=int, default=0, metavar="N",
                         help="drop prompts whose question is verbatim among the first N "
@@ -124,7 +135,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--out", required=True, help="JSON-lines file (resumable)")
     p.add_argument("--num-prompts", type=int, default=200)
-    p.add_argument("--seed", type=int, default=1, help="gsm_symbolic seed (training seeds only)")
+    p.add_argument("--seed", type=_training_seed, default=1,
+                   help="gsm_symbolic seed (training seeds only)")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--mode", choices=["noise", "jacobi", "onpolicy"], default="noise",
@@ -148,7 +160,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--out", required=True)
     p.add_argument("--num-prompts", type=int, default=400)
-    p.add_argument("--seed", dest="prompt_seed", type=int, default=1,
+    p.add_argument("--seed", dest="prompt_seed", type=_training_seed, default=1,
                    help="gsm_symbolic seed (training seeds only); --trainer-seed seeds training")
     p.add_argument("--trainer-seed", dest="seed", type=int, default=None)
     p.add_argument("--max-new-tokens", type=int, default=256)
