@@ -70,8 +70,8 @@ class ProposerOptions:
     ``pool_size`` and ``history_size`` given with a fill that does not use them are refused
     (``FILL_OPTIONS``).
     mask_token_id (``space``): the checkpoint's mask token, from its config unless given.
-    For ``space``, num_speculative_tokens is k, the candidates per step; vLLM verifies 2k
-    draft slots (k candidates + k masks).
+    For ``space``, num_speculative_tokens is k, the masks per step; vLLM verifies 2k draft
+    slots (candidates, then up to k masks in the slots left).
     """
 
     method: str = "jacobi"

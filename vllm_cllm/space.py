@@ -165,26 +165,24 @@ class SpaceProposer(SelfDraftingProposer):
             context = token_ids_cpu[i, :num_tokens]
             state = self.request_state.get(req_id)
             k = min(self.k, room)
-            # a lookup or the tail may use every verify slot; the masks take what is left
-            fill_tokens = room
             block = predictions.next_block(i, len(sampled)) if predictions is not None else None
             last_candidates = state.last_candidates if state else None
             fill = self.greedy_fill if self.uses_history(req_id) else self.own_fill
             candidates = next_candidates(row, len(sampled), last_candidates, k, context,
-                                         fill, self.use_tail, block, fill_tokens)
+                                         fill, self.use_tail, block, fill_tokens=room)
             if state is None:
                 state = SpaceRequest(0, HybridState() if self.scored else None)
             elif state.scores is not None:
                 state.scores.update(sampled)
             if state.scores is not None:
                 candidates = state.scores.choose(self._sources(
-                    candidates, row, len(sampled), last_candidates, context, fill,
-                    fill_tokens))
+                    candidates, row, len(sampled), last_candidates, context, fill, room))
             state.last_candidates = len(candidates)
             if self.history.size:
                 state.output.extend(sampled)
             if req_id is not None:
                 self.request_state[req_id] = state
+            # a lookup or the tail may have used every slot (room); masks take what is left
             masks = min(self.k, room - len(candidates))
             drafts.append(candidates.tolist() + [self.mask_id] * masks)
         return drafts
