@@ -12,11 +12,11 @@ from vllm_cllm.adaptive import SPEC_STEP_OVERHEAD_PER_REQUEST, AcceptanceRate, d
 from vllm_cllm.jacobi import JacobiProposer
 
 
-def _ratio(rates, lengths, knee, overhead=SPEC_STEP_OVERHEAD_PER_REQUEST):
+def _ratio(rates, lengths, knee, overhead=SPEC_STEP_OVERHEAD_PER_REQUEST, floor=0.0):
     expected = [sum(f * c ** (j - 1) for j in range(1, n + 1))
                 for (f, c), n in zip(rates, lengths, strict=True)]
     cost = knee + len(rates) + sum(lengths) + (overhead * len(rates) if any(lengths) else 0)
-    return (len(rates) + sum(expected)) / cost
+    return (len(rates) + sum(expected)) / max(floor, cost)
 
 
 def test_batch_one_drafts_long_when_acceptance_is_decent():
@@ -32,14 +32,28 @@ def test_large_batch_drafts_only_what_is_likely_accepted():
     assert all(n > 0 for n in lengths[8:])
 
 
+def test_tokens_below_the_floor_are_drafted_at_batch_one():
+    # on the CPU (knee 16, floor 25) a one-request step verifies ~8 query tokens for the price
+    # of one: a draft right 30 % of the time is still worth those free slots, not more
+    assert draft_lengths([(0.3, 0.3)], [15], knee_tokens=16, floor_tokens=25) == [7]
+    assert draft_lengths([(0.97, 0.97)], [15], knee_tokens=16, floor_tokens=25) == [15]
+    # at batch 16 the step is already past the floor: the floor changes nothing
+    rates = [(0.3, 0.9)] * 8 + [(0.95, 0.95)] * 8
+    assert draft_lengths(rates, [8] * 16, 16, floor_tokens=25) == draft_lengths(rates, [8] * 16,
+                                                                                16)
+
+
 def test_requests_without_room_get_nothing_but_count_in_the_batch():
     assert draft_lengths([(0.9, 0.9), (0.9, 0.9)], [0, 4], knee_tokens=16) == [0, 4]
 
 
 def test_allocation_is_optimal_for_the_cost_model():
     rates, rooms, knee = [(0.9, 0.8), (0.6, 0.9), (0.4, 0.5)], [3, 3, 3], 4
-    best = max(_ratio(rates, c, knee) for c in itertools.product(range(4), repeat=3))
-    assert abs(_ratio(rates, draft_lengths(rates, rooms, knee), knee) - best) < 1e-12
+    for floor in (0.0, 9.0, 12.5, 20.0):
+        best = max(_ratio(rates, c, knee, floor=floor)
+                   for c in itertools.product(range(4), repeat=3))
+        chosen = draft_lengths(rates, rooms, knee, floor_tokens=floor)
+        assert abs(_ratio(rates, chosen, knee, floor=floor) - best) < 1e-12, floor
     small = [(0.6, 0.5)] * 4  # drafting pays per token, but not the step overhead
     assert draft_lengths(small, [2] * 4, 4, overhead_per_request=2.0) == [0] * 4
     assert any(draft_lengths(small, [2] * 4, 4, overhead_per_request=0.0))

@@ -15,8 +15,8 @@ def test_defaults_and_valid_options():
     adaptive = parse_options({"method": "jacobi", "num_speculative_tokens": 8,
                               "adaptive": True, "knee_tokens": 64}, max_k=128)
     assert adaptive.adaptive and adaptive.knee_tokens == 64
-    assert parse_options({"method": "jacobi", "num_speculative_tokens": 8},
-                         max_k=128).knee_tokens == 16  # the CPU platform's default
+    defaults = parse_options({"method": "jacobi", "num_speculative_tokens": 8}, max_k=128)
+    assert (defaults.knee_tokens, defaults.floor_tokens) == (16, 25)  # the CPU platform's
     # the history is kept only where the fill drafts from it
     assert opts.history_in_use == 0
     assert parse_options({"method": "jacobi", "num_speculative_tokens": 8},
@@ -38,7 +38,15 @@ def test_defaults_and_valid_options():
     ({"method": "jacobi", "num_speculative_tokens": 4, "model": "some/draft"}, ["'model'"]),
     ({"method": "jacobi", "num_speculative_tokens": 4, "adaptive": "yes"},
      ["adaptive", "true or false"]),
-    ({"method": "jacobi", "num_speculative_tokens": 4, "knee_tokens": 0}, ["knee_tokens"]),
+    ({"method": "jacobi", "num_speculative_tokens": 4, "adaptive": True, "knee_tokens": 0},
+     ["knee_tokens", "[1,"]),
+    ({"method": "jacobi", "num_speculative_tokens": 4, "adaptive": True, "floor_tokens": -1},
+     ["floor_tokens", "[0,"]),
+    # the cost model's options mean nothing without the adaptive rule: refused, not ignored
+    ({"method": "jacobi", "num_speculative_tokens": 4, "knee_tokens": 32},
+     ["knee_tokens", "adaptive"]),
+    ({"method": "jacobi", "num_speculative_tokens": 4, "floor_tokens": 8},
+     ["floor_tokens", "adaptive"]),
     ({"method": "space", "num_speculative_tokens": 4, "adaptive": True,
       "mask_token_id": 3}, ["'adaptive'", "allowed"]),
     # options a fill does not use are refused, not silently dropped

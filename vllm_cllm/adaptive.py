@@ -5,16 +5,19 @@ tokens, and loses at large batch, where the device is compute-bound and every dr
 costs as much as a committed one. The rule here uses a cost model and the acceptance seen so
 far — never timings, so every tensor-parallel rank drafts the same thing:
 
-* a verify step over ``N`` query tokens costs ``knee + N`` (``knee``: the query tokens at which
-  a forward costs twice a one-token decode; about 16 for SmolLM2-135M on this 2-core CPU,
-  hundreds on a GPU);
+* a verify step over ``N`` query tokens costs ``max(floor, knee + N)`` (in units of one
+  query token): above the floor each query token adds the same time (``knee``: the fixed
+  part), below it the device is bound by reading the weights and extra query tokens come free.
+  Fitted on this 2-core CPU (SmolLM2-135M, ``benchmarks/step_cost.py``): knee 16, floor 25 —
+  a 16-token verify at batch 1 costs about 1.2 one-token steps, at batch 16 about 4; GPUs stay
+  memory-bound up to hundreds of query tokens (knee 256, no floor needed);
   plus a small per-request overhead once anything is drafted (the spec-decode path);
 * draft position ``j`` of a request yields ``first * cont**(j-1)`` tokens (its recent rate of
   first-token acceptance, then of continuing a run);
 * positions are added best first while each one raises the step's expected tokens per cost,
-  and the result is kept only if it beats drafting nothing. At batch 1 the bar starts near
-  ``1 / (knee + 1)`` and long drafts pay; at batch 16 it starts near ``16 / (knee + 16)`` and
-  only requests whose drafts keep getting accepted draft.
+  and the result is kept only if it beats drafting nothing. At batch 1 the first ~8 draft
+  tokens are free and longer drafts pay when runs keep being accepted; at batch 16 the bar
+  starts near ``16 / (knee + 16)`` and only requests whose drafts keep getting accepted draft.
 """
 
 from __future__ import annotations
@@ -74,29 +77,34 @@ class AcceptanceRate:
 
 
 def draft_lengths(rates: list[tuple[float, float]], rooms: list[int], knee_tokens: float,
+                  floor_tokens: float = 0.0,
                   overhead_per_request: float = SPEC_STEP_OVERHEAD_PER_REQUEST) -> list[int]:
     """Draft tokens per request that maximise expected committed tokens per step cost.
 
     ``rates[i]`` is request i's ``(first, cont)`` (:meth:`AcceptanceRate.position_values`):
     position j yields ``first * cont**(j-1)``. ``rooms[i]`` caps request i (0 for a request in
-    prefill, which still occupies the batch). With the step overhead paid as soon as anything
-    is drafted, greedy over positions in decreasing value is optimal for this ratio (the values
-    of one request decrease with j, and adding an item raises a ratio exactly when its value
-    exceeds it); drafting is then kept only if it beats not drafting at all.
+    prefill, which still occupies the batch). A step costs ``max(floor_tokens, knee_tokens +
+    query tokens)``, plus the overhead once anything is drafted. Greedy over positions in
+    decreasing value is optimal for this ratio: the values of one request decrease with j;
+    below the floor any positive value raises it; above, an item raises it exactly when its
+    value exceeds it, and once one fails no later one (worth less) can pass. Drafting is then
+    kept only if it beats not drafting at all.
     """
     batch = len(rates)
     lengths = [0] * batch
-    plain = batch / (knee_tokens + batch) if batch else 0.0
-    gain, cost = float(batch), knee_tokens + batch * (1 + overhead_per_request)
+    if not batch:
+        return lengths
+    plain = batch / max(floor_tokens, knee_tokens + batch)
+    gain, tokens = float(batch), knee_tokens + batch * (1 + overhead_per_request)
     heap = [(-rates[i][0], i) for i in range(batch) if rooms[i] > 0 and rates[i][0] > 0]
     heapq.heapify(heap)
     while heap:
         neg_value, i = heapq.heappop(heap)
         value = -neg_value
-        if value <= gain / cost:
+        if (gain + value) / max(floor_tokens, tokens + 1) <= gain / max(floor_tokens, tokens):
             break
         lengths[i] += 1
-        gain, cost = gain + value, cost + 1
+        gain, tokens = gain + value, tokens + 1
         if lengths[i] < rooms[i]:
             heapq.heappush(heap, (-value * rates[i][1], i))
-    return lengths if gain / cost > plain else [0] * batch
+    return lengths if gain / max(floor_tokens, tokens) > plain else [0] * batch

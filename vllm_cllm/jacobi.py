@@ -151,7 +151,8 @@ class JacobiProposer(SelfDraftingProposer):
                       for i, sampled in enumerate(sampled_token_ids)]
         if self.options.adaptive and predictions is not None:
             rooms = draft_lengths([s.rate.position_values() if s else (0.0, 0.0)
-                                   for s in states], rooms, self.options.knee_tokens)
+                                   for s in states], rooms, self.options.knee_tokens,
+                                   self.options.floor_tokens)
         drafts: list[list[int]] = []
         for i, (sampled, room, state) in enumerate(zip(sampled_token_ids, rooms, states,
                                                        strict=True)):

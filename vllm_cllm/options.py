@@ -24,7 +24,7 @@ SPACE_FILL_POLICIES = ("hybrid", "ngram", "masks", "tail")
 #: Options each method accepts besides num_speculative_tokens.
 METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
     "jacobi": ("fill", "ngram_min", "ngram_max", "seed", "adaptive", "knee_tokens",
-               "pool_size", "history_size"),
+               "floor_tokens", "pool_size", "history_size"),
     "space": ("fill", "ngram_min", "ngram_max", "history_size", "mask_token_id"),
 }
 
@@ -35,6 +35,9 @@ FILL_OPTIONS: dict[str, dict[str, tuple[str, ...]]] = {
     "jacobi": {"pool_size": ("hybrid",), "history_size": ("hybrid",)},
     "space": {"history_size": ("hybrid", "ngram", "tail")},
 }
+
+#: Options of the adaptive rule: given without ``adaptive: true`` they are refused.
+ADAPTIVE_OPTIONS = ("knee_tokens", "floor_tokens")
 
 #: Keys the plugin sets itself in vLLM's SpeculativeConfig.
 OWN_KEYS = {"method", "num_speculative_tokens", "model"}
@@ -58,8 +61,9 @@ class ProposerOptions:
     seed: seeds the ``random`` fill; the same on every tensor-parallel rank.
     adaptive: choose each request's draft length per step from the batch size and its recent
       acceptance (vllm_cllm/adaptive.py) instead of always drafting k.
-    knee_tokens: the adaptive cost model's knee — query tokens at which a forward costs twice
-      a one-token decode step (default: 16 on CPU, 256 on GPUs).
+    knee_tokens / floor_tokens: the adaptive cost model — a verify step over N query tokens
+      costs ``max(floor_tokens, knee_tokens + N)`` one-token units (defaults: 16 / 25 on CPU,
+      fitted by benchmarks/step_cost.py; 256 / 0 on GPUs). Refused without ``adaptive``.
     pool_size: with ``hybrid``, how many of the request's recent Jacobi iterates are kept as a
       third draft source (Lookahead's n-gram pool, Jacobi Forcing's rejection recycling);
       0 turns it off.
@@ -82,6 +86,7 @@ class ProposerOptions:
     seed: int = 0
     adaptive: bool = False
     knee_tokens: int = 16
+    floor_tokens: int = 25
     pool_size: int = 8
     history_size: int = 16
     mask_token_id: int | None = None
@@ -153,29 +158,36 @@ def parse_options(spec: dict[str, Any], max_k: int, hf_config: Any = None) -> Pr
     adaptive = spec.get("adaptive", False)
     if not isinstance(adaptive, bool):
         raise ConfigError(f"vllm-cllm: adaptive must be true or false; got {adaptive!r}")
-    knee_tokens = _int_in("knee_tokens", spec.get("knee_tokens", default_knee_tokens()), 1,
-                          1 << 20)
+    for name in ADAPTIVE_OPTIONS:
+        if name in spec and not adaptive:
+            raise ConfigError(f"vllm-cllm: {name} sets the adaptive rule's cost model and is "
+                              f"used only with \"adaptive\": true")
+    default_knee, default_floor = default_cost_model()
+    knee_tokens = _int_in("knee_tokens", spec.get("knee_tokens", default_knee), 1, 1 << 20)
+    floor_tokens = _int_in("floor_tokens", spec.get("floor_tokens", default_floor), 0, 1 << 20)
     pool_size = _int_in("pool_size", spec.get("pool_size", ProposerOptions.pool_size), 0, 64)
     history_size = _int_in("history_size",
                            spec.get("history_size", ProposerOptions.history_size), 0, 256)
     mask_token_id = _mask_token_id(spec, hf_config) if method == "space" else None
     return ProposerOptions(method=method, num_speculative_tokens=k, fill=fill,
                            ngram_min=ngram_min, ngram_max=ngram_max, seed=seed,
-                           adaptive=adaptive, knee_tokens=knee_tokens, pool_size=pool_size,
+                           adaptive=adaptive, knee_tokens=knee_tokens,
+                           floor_tokens=floor_tokens, pool_size=pool_size,
                            history_size=history_size,
                            mask_token_id=mask_token_id)
 
 
-def default_knee_tokens() -> int:
-    """The adaptive cost model's knee for this platform: measured 16 on the 2-core CPU
-    (SmolLM2-135M: a 16-token verify costs 1.9 one-token steps); GPUs stay memory-bound
-    up to hundreds of query tokens."""
+def default_cost_model() -> tuple[int, int]:
+    """The adaptive cost model's (knee, floor) for this platform. On the 2-core CPU
+    (SmolLM2-135M, ``benchmarks/step_cost.py``) a step costs ``max(25, 16 + N)`` query-token
+    units: a 16-token verify costs 1.2 one-token steps at batch 1, 4 at batch 16. GPUs stay
+    memory-bound up to hundreds of query tokens: (256, 0)."""
     try:
         from vllm.platforms import current_platform
 
-        return 16 if current_platform.is_cpu() else 256
+        return (16, 25) if current_platform.is_cpu() else (256, 0)
     except ImportError:
-        return 16
+        return 16, 25
 
 
 def _mask_token_id(spec: dict[str, Any], hf_config: Any) -> int:
