@@ -134,6 +134,25 @@ def test_hybrid_probes_a_useless_tail_with_a_short_draft():
     assert len(state.choose({"model": jacobi, "ngram": empty})) == 2
 
 
+def test_jacobi_drafts_a_lookup_before_the_pool_and_the_pool_before_its_tail():
+    state = HybridState()
+    tail, ngram = np.array([1, 2, 3]), np.array([7, 8, 9])
+    history, pool, empty = np.array([4, 5]), np.array([6]), np.empty(0, dtype=np.int64)
+    for _ in range(3):  # the tail has been right: its score does not outrank a lookup
+        state.first_in_order({"model": tail, "ngram": ngram})
+        state.update([1, 2, 3, 4])
+    assert state.first_in_order({"model": tail, "ngram": ngram, "pool": pool,
+                                 "history": history}) is ngram
+    assert state.first_in_order({"model": tail, "ngram": empty, "pool": pool,
+                                 "history": history}) is history
+    assert state.first_in_order({"model": tail, "ngram": empty, "pool": pool}) is pool
+    assert state.first_in_order({"model": tail, "ngram": empty}) is tail
+    for _ in range(5):  # a tail that keeps missing is still cut to a probe
+        state.first_in_order({"model": tail, "ngram": empty})
+        state.update([9])
+    assert len(state.first_in_order({"model": np.arange(8), "ngram": empty})) == 2
+
+
 def test_pool_continues_the_context_from_a_recent_iterate():
     from vllm_cllm.fill import pool_continuation
 

@@ -53,6 +53,16 @@ PROBE_TOKENS = 2
 MODEL_SOURCE = "model"
 
 
+#: The order in which ``jacobi``'s ``hybrid`` drafts its sources: the first that has a draft
+#: this step is drafted. A lookup's match (the request's own n-grams, then earlier requests'
+#: outputs) guesses the next token right more often than the CLLM's tail does (60 % and 56 %
+#: against 28 % on gsm_symbolic), so it goes first; the pool of recent iterates before the
+#: tail. Measured against choosing by score (tokens per step, CLLM demo, k = 15, batch 1, 128
+#: tokens): gsm 2.57 vs 2.23, HumanEval 2.93 vs 2.52, MT-bench 2.58 vs 2.48, ShareGPT 2.29 vs
+#: 2.40 (README, "Which source jacobi drafts").
+JACOBI_ORDER = ("ngram", "history", "pool", MODEL_SOURCE)
+
+
 def _initial_scores() -> dict[str, float]:
     return {MODEL_SOURCE: 1.0}
 
@@ -62,8 +72,9 @@ class HybridState:
     """Per-request record of how well each draft source has predicted committed tokens.
 
     Sources are named (``model``, ``ngram``, ``pool``, ``history``; ``space`` adds ``tail``);
-    a source seen for the first time starts at 0. Each step the best-scoring source that has
-    a draft is drafted; ties go to the source listed first.
+    a source seen for the first time starts at 0. ``space`` drafts the best-scoring source that
+    has a draft (:meth:`choose`; ties go to the source listed first); ``jacobi`` drafts in a
+    fixed order (:meth:`first_in_order`), the model's score deciding only its probe.
     """
 
     scores: dict[str, float] = field(default_factory=_initial_scores)
@@ -95,13 +106,25 @@ class HybridState:
             return draft[:PROBE_TOKENS]
         return draft
 
+    def first_in_order(self, candidates: dict[str, np.ndarray]) -> np.ndarray:
+        """The draft of the first source in :data:`JACOBI_ORDER` that has one; the model's
+        own is cut to a probe while its score says it misses (sources are still scored)."""
+        self.proposed = candidates
+        for name in JACOBI_ORDER:
+            draft = candidates.get(name)
+            if draft is not None and len(draft):
+                if name == MODEL_SOURCE and self.scores[MODEL_SOURCE] < PROBE_BELOW:
+                    return draft[:PROBE_TOKENS]
+                return draft
+        return _EMPTY
+
     def draft(self, model: np.ndarray, ngram: np.ndarray, context: np.ndarray,
               block: np.ndarray, room: int, pool_size: int, ngram_max: int,
               history: OutputHistory | None = None) -> np.ndarray:
-        """Choose among the model's draft, the n-gram continuation, (``pool_size`` > 0) the
-        pool's continuation and (given ``history``, earlier requests' outputs) what followed
-        the context there; then remember this step's ``block`` (the model's predictions past
-        the committed tokens) in the pool."""
+        """Draft the first of, in :data:`JACOBI_ORDER`: the n-gram continuation, (given
+        ``history``, earlier requests' outputs) what followed the context there, (``pool_size``
+        > 0) the pool's continuation, the model's draft; then remember this step's ``block``
+        (the model's predictions past the committed tokens) in the pool."""
         candidates = {MODEL_SOURCE: model, "ngram": ngram}
         if pool_size:
             candidates["pool"] = np.asarray(pool_continuation(
@@ -111,7 +134,7 @@ class HybridState:
                 del self.pool[:-pool_size]
         if history:
             candidates["history"] = history.continuation(context, room)
-        return self.choose(candidates)
+        return self.first_in_order(candidates)
 
 
 @dataclass
