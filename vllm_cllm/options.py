@@ -55,8 +55,8 @@ class ProposerOptions:
       ``ngram`` (tail, then the continuation of the longest suffix n-gram seen in the request),
       ``tail`` (the Jacobi tail only, as CLLM's shrinking block; random prompt tokens when empty),
       ``random`` (tokens drawn from the request's own prompt and output, as CLLM starts blocks),
-      ``hybrid`` (per request, whichever of "tail + ngram" and "ngram alone" has matched the
-      committed tokens better so far: the tail wins on a CLLM, n-grams on an untrained model).
+      ``hybrid`` (per request and step, the first source with a draft of: the n-gram lookup,
+      the history, the pool, "tail + ngram" — vllm_cllm/jacobi.py ``JACOBI_ORDER``).
     ngram_min / ngram_max: n-gram lengths tried by the ``ngram`` fill.
     seed: seeds the ``random`` fill; the same on every tensor-parallel rank.
     adaptive: choose each request's draft length per step from the batch size and its recent
@@ -65,12 +65,12 @@ class ProposerOptions:
       costs ``max(floor_tokens, knee_tokens + N)`` one-token units (defaults: 16 / 25 on CPU,
       fitted by benchmarks/step_cost.py; 256 / 0 on GPUs). Refused without ``adaptive``.
     pool_size: with ``hybrid``, how many of the request's recent Jacobi iterates are kept as a
-      third draft source (Lookahead's n-gram pool, Jacobi Forcing's rejection recycling);
-      0 turns it off.
+      draft source (Lookahead's n-gram pool, Jacobi Forcing's rejection recycling); 0 turns it
+      off.
     history_size: how many outputs of requests that already left the batch are kept as a
       draft source (what followed the context's last 3–16 tokens there, as vLLM's ``suffix``
-      method does across requests): ``jacobi``'s ``hybrid`` scores it as a fourth source;
-      ``space`` drafts it when the request's own n-grams have no match; 0 turns it off.
+      method does across requests): ``jacobi``'s ``hybrid`` and ``space`` draft it when the
+      request's own n-grams have no match; 0 turns it off.
     ``pool_size`` and ``history_size`` given with a fill that does not use them are refused
     (``FILL_OPTIONS``).
     mask_token_id (``space``): the checkpoint's mask token, from its config unless given.
