@@ -95,17 +95,21 @@ def draft_lengths(rates: list[tuple[float, float]], rooms: list[int], knee_token
     lengths = [0] * batch
     if not batch:
         return lengths
-    plain = batch / max(floor_tokens, knee_tokens + batch)
-    gain, tokens = float(batch), knee_tokens + batch * (1 + overhead_per_request)
+
+    def cost(tokens: float) -> float:
+        return max(floor_tokens, knee_tokens + tokens)
+
+    plain = batch / cost(batch)
+    gain, tokens = float(batch), batch * (1 + overhead_per_request)
     heap = [(-rates[i][0], i) for i in range(batch) if rooms[i] > 0 and rates[i][0] > 0]
     heapq.heapify(heap)
     while heap:
         neg_value, i = heapq.heappop(heap)
         value = -neg_value
-        if (gain + value) / max(floor_tokens, tokens + 1) <= gain / max(floor_tokens, tokens):
+        if (gain + value) / cost(tokens + 1) <= gain / cost(tokens):
             break
         lengths[i] += 1
         gain, tokens = gain + value, tokens + 1
         if lengths[i] < rooms[i]:
             heapq.heappush(heap, (-value * rates[i][1], i))
-    return lengths if gain / max(floor_tokens, tokens) > plain else [0] * batch
+    return lengths if gain / cost(tokens) > plain else [0] * batch

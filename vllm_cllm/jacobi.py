@@ -95,28 +95,26 @@ class HybridState:
         self.proposed = {}
 
     def choose(self, candidates: dict[str, np.ndarray]) -> np.ndarray:
-        """The draft of the best source; the model's own is cut to a probe while it misses."""
+        """The draft of the best source (``space``'s rule), probe rule applied."""
         self.proposed = candidates
         ranked = [name for name, draft in candidates.items() if len(draft)]
         if not ranked:
             return _EMPTY
         best = max(ranked, key=lambda name: (self.scores.get(name, 0.0), -ranked.index(name)))
-        draft = candidates[best]
-        if best == MODEL_SOURCE and self.scores[MODEL_SOURCE] < PROBE_BELOW:
-            return draft[:PROBE_TOKENS]
-        return draft
+        return self._probed(best, candidates[best])
 
     def first_in_order(self, candidates: dict[str, np.ndarray]) -> np.ndarray:
-        """The draft of the first source in :data:`JACOBI_ORDER` that has one; the model's
-        own is cut to a probe while its score says it misses (sources are still scored)."""
+        """The draft of the first source in :data:`JACOBI_ORDER` that has one (``jacobi``'s
+        rule), probe rule applied; every source is still scored."""
         self.proposed = candidates
-        for name in JACOBI_ORDER:
-            draft = candidates.get(name)
-            if draft is not None and len(draft):
-                if name == MODEL_SOURCE and self.scores[MODEL_SOURCE] < PROBE_BELOW:
-                    return draft[:PROBE_TOKENS]
-                return draft
-        return _EMPTY
+        name = next((n for n in JACOBI_ORDER if len(candidates.get(n, _EMPTY))), None)
+        return _EMPTY if name is None else self._probed(name, candidates[name])
+
+    def _probed(self, name: str, draft: np.ndarray) -> np.ndarray:
+        """``draft`` of source ``name``; the model's own is cut to a probe while it misses."""
+        if name == MODEL_SOURCE and self.scores[MODEL_SOURCE] < PROBE_BELOW:
+            return draft[:PROBE_TOKENS]
+        return draft
 
     def draft(self, model: np.ndarray, ngram: np.ndarray, context: np.ndarray,
               block: np.ndarray, room: int, pool_size: int, ngram_max: int,

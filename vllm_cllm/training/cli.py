@@ -112,12 +112,13 @@ def _add_config_flags(parser: argparse.ArgumentParser, defaults: object,
 
 def _training_seed(text: str) -> int:
     """A gsm_symbolic seed to train on: refused at parse time if it is the evaluation seed."""
-    from vllm_cllm.training.gsm import GSM_EVAL_SEED
+    from vllm_cllm.training.gsm import check_training_seed
 
     seed = int(text)
-    if seed == GSM_EVAL_SEED:
-        raise argparse.ArgumentTypeError(
-            f"{seed} is the evaluation seed of every gsm benchmark here; train on another one")
+    try:
+        check_training_seed(seed)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
     return seed
 
 

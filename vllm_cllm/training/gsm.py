@@ -19,13 +19,19 @@ def gsm_problems(count: int, seed: int) -> list[dict[str, Any]]:
     return [{"question": item["question"], "answer": str(item["answer"])} for item in dataset]
 
 
+def check_training_seed(seed: int) -> None:
+    """Refuse the evaluation seed as a training seed (ValueError)."""
+    if seed == GSM_EVAL_SEED:
+        raise ValueError(f"seed {GSM_EVAL_SEED} is the evaluation seed of every gsm benchmark "
+                         "here: train on another one")
+
+
 def training_problems(count: int, seed: int, exclude_eval: int = 0) -> list[dict[str, Any]]:
     """``count`` problems of a training ``seed``, less any whose question is verbatim among the
     first ``exclude_eval`` evaluation problems: gsm_symbolic fills a limited set of templates
     with small numbers, so two seeds can draw the same question (seed 1's 400 prompts hold one
     of seed 1000's first 40)."""
-    if seed == GSM_EVAL_SEED:
-        raise ValueError(f"seed {GSM_EVAL_SEED} is the evaluation seed: train on another one")
+    check_training_seed(seed)
     problems = gsm_problems(count, seed)
     if exclude_eval <= 0:
         return problems
