@@ -8,7 +8,6 @@ import json
 import pytest
 
 from vllm_cllm.bench import (
-    WARMUP,
     BenchConfig,
     BenchPlan,
     compare_with_baselines,
@@ -18,6 +17,7 @@ from vllm_cllm.bench import (
     run,
 )
 from vllm_cllm.bench_report import FIELDS, write_results
+from vllm_cllm.benchmarking import WARMUP_PROMPT
 from vllm_cllm.datasets import mtbench_questions, sharegpt_questions
 
 
@@ -35,7 +35,7 @@ def test_groups_never_share_a_prompt():
     batches = groups(plan, prompts)
     measured = [p for g in batches for p in g["prompts"]]
     assert len(measured) == len(set(measured)) == 4 * (4 + 8 + 16)
-    assert all(g["warmup"] == [WARMUP] * g["batch_size"] for g in batches)
+    assert all(g["warmup"] == [WARMUP_PROMPT] * g["batch_size"] for g in batches)
     assert [len(g["prompts"]) for g in batches[:3]] == [4, 8, 16]
 
 
@@ -111,3 +111,28 @@ def test_tiny_end_to_end_run_is_identical_and_resumes(tiny_path, tmp_path):
         ("humaneval", 1), ("humaneval", 4), ("mtbench", 1), ("mtbench", 4)}
     again = run(plan, tmp_path, {"base": tiny_path}, configs)  # from out/raw, no engine
     assert [r["tokens"] for r in again] == [r["tokens"] for r in rows]
+
+
+def test_each_batch_size_gets_an_engine_of_its_own(monkeypatch):
+    # the same prompts at batch 1 and 8 in one engine: a proposer that remembers earlier
+    # outputs would draft the batch-8 answers from the batch-1 ones
+    import subprocess
+    from types import SimpleNamespace
+
+    from vllm_cllm import benchmarking
+
+    jobs = []
+
+    def fake_run(cmd, input, **kwargs):
+        job = json.loads(input)
+        jobs.append(job)
+        rows = [{"batch_size": g["batch_size"]} for g in job["groups"]]
+        return SimpleNamespace(returncode=0, stdout="ROWS " + json.dumps(rows), stderr="")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    rows = benchmarking.measure_in_subprocess("m", None, {8: ["a", "b"], 1: ["a"]}, 4)
+    assert [r["batch_size"] for r in rows] == [1, 8]
+    assert [[g["batch_size"] for g in job["groups"]] for job in jobs] == [[1], [8]]
+    shared = [{"batch_size": 1, "prompts": ["a"]}, {"batch_size": 2, "prompts": ["b", "c"]}]
+    benchmarking.measure_in_subprocess("m", None, shared, 4)
+    assert len(jobs) == 3 and len(jobs[-1]["groups"]) == 2  # a list of groups: one engine

@@ -238,12 +238,15 @@ def test_outputs_of_requests_that_left_become_a_draft_source_for_greedy_requests
         assert ("history" in state.hybrid.proposed) == bool(greedy)
 
 
-def test_ngram_prefers_longest_then_first_match():
+def test_ngram_prefers_longest_then_usual_then_first_match():
     from vllm_cllm.fill import longest_ngram_continuation
 
     ctx = np.array([7, 1, 2, 8, 9, 3, 1, 2, 5, 6, 0, 3, 1, 2, 4, 3, 1, 2])
-    # suffix (3,1,2) occurred at 5 and 11 -> continue after the first: 5, 6
+    # suffix (3,1,2) occurred at 5 and 11, followed by 5 and 4 once each -> the first: 5, 6
     assert longest_ngram_continuation(ctx, 2, 4, 2).tolist() == [5, 6]
+    # (1,2) followed by 8, 5, 5, 4: 5 is the usual next token -> its first occurrence
+    usual = np.array([1, 2, 8, 0, 1, 2, 5, 6, 1, 2, 5, 7, 1, 2, 4, 9, 1, 2])
+    assert longest_ngram_continuation(usual, 2, 2, 3).tolist() == [5, 6, 1]
     assert longest_ngram_continuation(np.array([1, 2, 3]), 2, 4, 2).tolist() == []
 
 

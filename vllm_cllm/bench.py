@@ -17,7 +17,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from vllm_cllm.benchmarking import against_baseline, measure_in_subprocess
+from vllm_cllm.benchmarking import WARMUP_PROMPT, against_baseline, measure_in_subprocess
 
 #: The demo checkpoints the bench compares (``vllm-cllm model-path`` prepares them).
 MODELS = {"base": "smollm2-135m-instruct", "cllm": "smollm2-135m-cllm-gsm",
@@ -122,10 +122,6 @@ def _interleaved(items: list[str], stride: int) -> list[str]:
     return [items[i] for r in range(stride) for i in range(r, len(items), stride)]
 
 
-#: Warm-up prompt (unmeasured; not from any data set).
-WARMUP = "Write one sentence about the weather today."
-
-
 def groups(plan: BenchPlan, prompts: dict[str, list[str]]) -> list[dict[str, Any]]:
     """One group per data set and batch size, each with prompts no other group uses: vLLM's
     ``suffix`` caches earlier responses, and a prompt seen twice would flatter it."""
@@ -133,7 +129,7 @@ def groups(plan: BenchPlan, prompts: dict[str, list[str]]) -> list[dict[str, Any
     for d in plan.datasets:
         for b in plan.batch_sizes:
             n = plan.prompts_per_batch[b]
-            out.append({"tags": {"dataset": d}, "batch_size": b, "warmup": [WARMUP] * b,
+            out.append({"tags": {"dataset": d}, "batch_size": b, "warmup": [WARMUP_PROMPT] * b,
                         "prompts": prompts[d][used[d]:used[d] + n]})
             used[d] += n
     return out

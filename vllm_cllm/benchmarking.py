@@ -18,16 +18,20 @@ from typing import Any
 
 from vllm_cllm.runtime import mean_acceptance_length, spec_metrics, tokens_per_step, with_engine
 
+#: The default warm-up prompt: none of the measured ones. Proposers that remember earlier
+#: requests (``hybrid``'s history of outputs, vLLM's ``suffix``) would otherwise draft the
+#: start of a measured answer from its own warm-up.
+WARMUP_PROMPT = "Write one sentence about the weather today."
+
 
 def _measure_batch_size(llm: Any, prompts: list[str], batch_size: int, max_tokens: int,
                         warmup: list[str] | None = None) -> dict[str, Any]:
-    """``warmup`` (default: the first batch of ``prompts``) runs first, unmeasured. Proposers
-    that learn across requests (vLLM's ``suffix``) need warm-up prompts of their own."""
+    """``warmup`` (default: :data:`WARMUP_PROMPT`, a batch of it) runs first, unmeasured."""
     from vllm import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
-    llm.generate(warmup or prompts[:batch_size], SamplingParams(temperature=0.0, max_tokens=16),
-                 use_tqdm=False)
+    llm.generate(warmup or [WARMUP_PROMPT] * batch_size,
+                 SamplingParams(temperature=0.0, max_tokens=16), use_tqdm=False)
     before = spec_metrics(llm)
     tokens: list[list[int]] = []
     start = time.perf_counter()
@@ -78,10 +82,16 @@ def measure_in_subprocess(model: str, spec: dict[str, Any] | None,
 
     ``prompts_by_batch`` is ``{batch size: prompts}`` or a list of groups (see ``Group``);
     ``engine_overrides`` go to ``vllm.LLM`` (e.g. ``tensor_parallel_size``); ``env`` is added
-    to the worker's environment (e.g. per-rank CPU thread binding).
+    to the worker's environment (e.g. per-rank CPU thread binding). Each batch size of a
+    ``{batch size: prompts}`` gets an interpreter of its own: they usually share prompts, and
+    a proposer that remembers earlier outputs would draft one batch size's answers from the
+    other's (groups given as a list share one engine and should not share prompts).
     """
-    groups = (by_batch(prompts_by_batch) if isinstance(prompts_by_batch, dict)
-              else prompts_by_batch)
+    if isinstance(prompts_by_batch, dict):
+        return [row for group in by_batch(prompts_by_batch)
+                for row in measure_in_subprocess(model, spec, [group], max_tokens,
+                                                 engine_overrides=engine_overrides, env=env)]
+    groups = prompts_by_batch
     payload = json.dumps({"model": model, "spec": spec, "max_tokens": max_tokens,
                           "groups": groups, "engine_overrides": engine_overrides or {}})
     proc = subprocess.run([sys.executable, "-m", "vllm_cllm.benchmarking"], input=payload,

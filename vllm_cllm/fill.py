@@ -20,10 +20,15 @@ class Fill(Protocol):
 
 def longest_ngram_continuation(context: np.ndarray, ngram_min: int, ngram_max: int,
                                num_tokens: int) -> np.ndarray:
-    """Tokens that followed the first occurrence of the longest matching suffix n-gram.
+    """Tokens that followed the longest matching suffix n-gram: at the occurrence whose next
+    token followed it most often, the first such occurrence on a tie.
 
     The first occurrence, as vLLM's ngram proposer does: in code and in answers that quote the
     prompt it is the original the model copies from (measured: TPF 2.72 vs 2.37 for the latest).
+    The most frequent next token first, as vLLM's ``suffix`` method ranks its tree: an n-gram
+    seen several times with different continuations continues as it usually did (CLLM demo,
+    jacobi k = 15, 40 gsm problems at batch 8: 3.41 vs 3.36 tokens per step for the first
+    occurrence alone; the bench's other data sets unchanged or better, first order).
 
     Prompt-lookup decoding over the request's own tokens. Written with numpy rather than by
     calling vLLM's numba matcher: importing numba (llvmlite) into a process makes every later
@@ -33,9 +38,12 @@ def longest_ngram_continuation(context: np.ndarray, ngram_min: int, ngram_max: i
     length = len(context)
     for n in range(min(ngram_max, length - 1), ngram_min - 1, -1):
         windows = np.lib.stride_tricks.sliding_window_view(context[:length - 1], n)
-        hits = np.flatnonzero((windows == context[length - n:]).all(axis=1))
+        hits = np.flatnonzero((windows == context[length - n:]).all(axis=1)) + n
         if len(hits):
-            start = int(hits[0]) + n
+            following = context[hits]
+            values, counts = np.unique(following, return_counts=True)
+            usual = values[counts == counts.max()]
+            start = int(hits[np.isin(following, usual)][0])
             return context[start:start + num_tokens]
     return context[:0]
 

@@ -52,7 +52,8 @@ class ProposerOptions:
     """Options of the ``jacobi`` proposer (``space`` extends them).
 
     fill: what completes the draft after the Jacobi tail, up to k tokens —
-      ``ngram`` (tail, then the continuation of the longest suffix n-gram seen in the request),
+      ``ngram`` (tail, then the continuation of the longest suffix n-gram seen in the request:
+      its most frequent continuation, the first occurrence of that),
       ``tail`` (the Jacobi tail only, as CLLM's shrinking block; random prompt tokens when empty),
       ``random`` (tokens drawn from the request's own prompt and output, as CLLM starts blocks),
       ``hybrid`` (per request and step, the first source with a draft of: the n-gram lookup,
