@@ -91,9 +91,8 @@ def measure_in_subprocess(model: str, spec: dict[str, Any] | None,
         return [row for group in by_batch(prompts_by_batch)
                 for row in measure_in_subprocess(model, spec, [group], max_tokens,
                                                  engine_overrides=engine_overrides, env=env)]
-    groups = prompts_by_batch
     payload = json.dumps({"model": model, "spec": spec, "max_tokens": max_tokens,
-                          "groups": groups, "engine_overrides": engine_overrides or {}})
+                          "groups": prompts_by_batch, "engine_overrides": engine_overrides or {}})
     proc = subprocess.run([sys.executable, "-m", "vllm_cllm.benchmarking"], input=payload,
                           capture_output=True, text=True, env={**os.environ, **(env or {})})
     if proc.returncode != 0:

@@ -40,10 +40,9 @@ def longest_ngram_continuation(context: np.ndarray, ngram_min: int, ngram_max: i
         windows = np.lib.stride_tricks.sliding_window_view(context[:length - 1], n)
         hits = np.flatnonzero((windows == context[length - n:]).all(axis=1)) + n
         if len(hits):
-            following = context[hits]
-            values, counts = np.unique(following, return_counts=True)
-            usual = values[counts == counts.max()]
-            start = int(hits[np.isin(following, usual)][0])
+            # how often each hit's next token follows the n-gram; argmax: the first of the most
+            _, which, counts = np.unique(context[hits], return_inverse=True, return_counts=True)
+            start = int(hits[np.argmax(counts[which])])
             return context[start:start + num_tokens]
     return context[:0]
 
