@@ -80,3 +80,32 @@ def test_vllm_metrics_count_drafts(llm):
     assert drafts > 0 and 0 <= accepted <= draft_tokens <= drafts * K
     per_pos = after["num_accepted_tokens_per_pos"]
     assert len(per_pos) == K and sum(per_pos) == after["num_accepted_tokens"]
+
+
+def test_steps_are_counted_not_inferred_from_accepted_drafts(llm):
+    # vLLM counts a step's accepted drafts before cutting its tokens at max_tokens, so
+    # tokens - accepted undercounts steps; benchmarks divide by the steps counted here.
+    from vllm import SamplingParams
+
+    from vllm_cllm.runtime import generate_counting_steps
+
+    prompt = "The list of numbers is 1, 2, 3,"
+    generate_tokens(llm, [prompt], SamplingParams(temperature=0.0, max_tokens=40))  # history
+    engine, calls = llm.llm_engine, []
+    original = engine.step
+    engine.step = lambda *a, **kw: calls.append(1) or original(*a, **kw)
+    undercounted = False
+    try:
+        for max_tokens in (21, 22, 23):
+            params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+            expected = generate_tokens(llm, [prompt], params)[0]
+            calls.clear()
+            before = spec_metrics(llm)
+            counted = generate_counting_steps(llm, [prompt], params)
+            accepted = spec_metrics(llm)["num_accepted_tokens"] - before["num_accepted_tokens"]
+            assert counted.tokens == [expected]
+            assert counted.steps == [len(calls)]  # batch 1: every engine step is its step
+            undercounted |= len(expected) - accepted < counted.steps[0]
+    finally:
+        engine.step = original
+    assert undercounted

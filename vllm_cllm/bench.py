@@ -60,9 +60,9 @@ class BenchPlan:
                    prompts_per_batch={1: 2, 16: 16}, max_tokens=64)
 
     def fingerprint(self) -> str:
-        """Names the raw-result cache (rounds live below it); the version bumps when prompt
-        selection changes."""
-        key = {**asdict(self), "layout": 2}
+        """Names the raw-result cache (rounds live below it); the layout bumps when prompt
+        selection or what a row measures changes (3: steps counted, not inferred)."""
+        key = {**asdict(self), "layout": 3}
         key.pop("rounds")
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
 

@@ -16,7 +16,12 @@ import sys
 import time
 from typing import Any
 
-from vllm_cllm.runtime import mean_acceptance_length, spec_metrics, tokens_per_step, with_engine
+from vllm_cllm.runtime import (
+    generate_counting_steps,
+    mean_acceptance_length,
+    spec_metrics,
+    with_engine,
+)
 
 #: The default warm-up prompt: none of the measured ones. Proposers that remember earlier
 #: requests (``hybrid``'s history of outputs, vLLM's ``suffix``) would otherwise draft the
@@ -34,10 +39,12 @@ def _measure_batch_size(llm: Any, prompts: list[str], batch_size: int, max_token
                  SamplingParams(temperature=0.0, max_tokens=16), use_tqdm=False)
     before = spec_metrics(llm)
     tokens: list[list[int]] = []
+    steps: list[int] = []
     start = time.perf_counter()
     for i in range(0, len(prompts), batch_size):
-        outputs = llm.generate(prompts[i:i + batch_size], params, use_tqdm=False)
-        tokens.extend(list(o.outputs[0].token_ids) for o in outputs)
+        counted = generate_counting_steps(llm, prompts[i:i + batch_size], params)
+        tokens += counted.tokens
+        steps += counted.steps
     elapsed = time.perf_counter() - start
     after = spec_metrics(llm)
     per_pos_before = before.get("num_accepted_tokens_per_pos") or []
@@ -49,7 +56,8 @@ def _measure_batch_size(llm: Any, prompts: list[str], batch_size: int, max_token
         "batch_size": batch_size, "num_prompts": len(prompts), "output_tokens": generated,
         "seconds": elapsed, "tokens_per_s": generated / elapsed,
         "tpf": mean_acceptance_length(before, after),
-        "tokens_per_step": tokens_per_step(before, after, generated),
+        "tokens_per_step": generated / sum(steps) if sum(steps) else 1.0,
+        "steps": steps,
         "num_drafts": drafts,
         "acceptance_by_position": [p / drafts for p in per_pos] if drafts else [],
         "tokens": tokens,
@@ -118,9 +126,10 @@ def speedup_bars(ax: Any, labels: list[str], speedups: list[float], title: str) 
 
 
 def jacobi_tpf(model: str, prompts: list[str], k: int, max_tokens: int) -> float:
-    """Tokens per verify step of ``model`` with ``jacobi`` (all prompts in one batch)."""
+    """Tokens per step of ``model`` with ``jacobi`` (all prompts in one batch), steps counted."""
     spec = {"method": "jacobi", "num_speculative_tokens": k}
-    return measure_in_subprocess(model, spec, {len(prompts): prompts}, max_tokens)[0]["tpf"]
+    row = measure_in_subprocess(model, spec, {len(prompts): prompts}, max_tokens)[0]
+    return row["tokens_per_step"]
 
 
 def main() -> int:

@@ -4,7 +4,8 @@ side by side in one sitting, each in its own engine process, then a table, JSON 
 A configuration is ``(model label, name, speculative config, also at batch 1)``; every row
 is compared with the same model's no-speculation row at the same batch size (speed-up and
 token identity). "Accept. length" is vLLM's mean acceptance length (over steps that
-drafted); "tokens/step" counts every decode step (see :func:`vllm_cllm.runtime.tokens_per_step`).
+drafted); "tokens/step" divides by every engine step each request took, counted
+(:func:`vllm_cllm.runtime.generate_counting_steps`).
 """
 
 from __future__ import annotations
