@@ -35,7 +35,7 @@ def _measure(model: str, k: int, batch_sizes: list[int], max_tokens: int) -> lis
     """One engine with draft length ``k``: seconds per step at each batch size."""
     from vllm import SamplingParams
 
-    from vllm_cllm.runtime import spec_metrics, with_engine
+    from vllm_cllm.runtime import generate_counting_steps, with_engine
 
     spec = None if k == 0 else {"method": "jacobi", "num_speculative_tokens": k,
                                 "fill": "random"}
@@ -45,14 +45,11 @@ def _measure(model: str, k: int, batch_sizes: list[int], max_tokens: int) -> lis
         llm.generate([PROMPT] * max(batch_sizes), SamplingParams(max_tokens=8), use_tqdm=False)
         rows = []
         for batch in batch_sizes:
-            before = spec_metrics(llm)
             start = time.perf_counter()
-            llm.generate([f"{PROMPT} ({i})" for i in range(batch)], params, use_tqdm=False)
+            counted = generate_counting_steps(llm, [f"{PROMPT} ({i})" for i in range(batch)],
+                                              params)
             seconds = time.perf_counter() - start
-            after = spec_metrics(llm)
-            accepted = (after.get("num_accepted_tokens") or 0) - \
-                (before.get("num_accepted_tokens") or 0)
-            steps = (batch * max_tokens - accepted) / batch  # every request runs every step
+            steps = max(counted.steps)  # the requests start together and run every step
             rows.append({"k": k, "batch_size": batch, "steps": steps,
                          "query_tokens": batch * (1 + k), "seconds_per_step": seconds / steps})
         return rows

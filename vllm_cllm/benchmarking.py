@@ -51,12 +51,12 @@ def _measure_batch_size(llm: Any, prompts: list[str], batch_size: int, max_token
     per_pos = [a - (per_pos_before[i] if i < len(per_pos_before) else 0)
                for i, a in enumerate(after.get("num_accepted_tokens_per_pos") or [])]
     drafts = (after.get("num_drafts") or 0) - (before.get("num_drafts") or 0)
-    generated = sum(len(t) for t in tokens)
+    generated, total_steps = sum(len(t) for t in tokens), sum(steps)
     return {
         "batch_size": batch_size, "num_prompts": len(prompts), "output_tokens": generated,
         "seconds": elapsed, "tokens_per_s": generated / elapsed,
         "tpf": mean_acceptance_length(before, after),
-        "tokens_per_step": generated / sum(steps) if sum(steps) else 1.0,
+        "tokens_per_step": generated / total_steps if total_steps else 1.0,
         "steps": steps,
         "num_drafts": drafts,
         "acceptance_by_position": [p / drafts for p in per_pos] if drafts else [],
