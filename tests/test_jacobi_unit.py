@@ -153,6 +153,22 @@ def test_jacobi_drafts_a_lookup_before_the_pool_and_the_pool_before_its_tail():
     assert len(state.first_in_order({"model": np.arange(8), "ngram": empty})) == 2
 
 
+def test_jacobi_drafts_the_ngram_continuation_that_has_matched_better_in_the_request():
+    state = HybridState()
+    usual, latest, tail = np.array([7, 8, 9]), np.array([7, 5, 6]), np.array([1, 2])
+    candidates = {"model": tail, "ngram": usual, "ngram_latest": latest}
+    assert state.first_in_order(candidates) is usual  # a tie goes to the usual continuation
+    state.update([7, 5, 6, 0])  # the latest occurrence's continuation was right
+    assert state.first_in_order(candidates) is latest
+    for _ in range(3):
+        state.update([7, 8, 9, 0])  # then the usual one, for longer
+        state.first_in_order(candidates)
+    assert state.first_in_order(candidates) is usual
+    empty = np.empty(0, dtype=np.int64)  # no n-gram match: the order goes on as before
+    assert state.first_in_order({"model": tail, "ngram": empty, "ngram_latest": empty}
+                                ).tolist() == tail.tolist()
+
+
 def test_pool_continues_the_context_from_a_recent_iterate():
     from vllm_cllm.fill import pool_continuation
 
@@ -247,6 +263,8 @@ def test_ngram_prefers_longest_then_usual_then_first_match():
     # (1,2) followed by 8, 5, 5, 4: 5 is the usual next token -> its first occurrence
     usual = np.array([1, 2, 8, 0, 1, 2, 5, 6, 1, 2, 5, 7, 1, 2, 4, 9, 1, 2])
     assert longest_ngram_continuation(usual, 2, 2, 3).tolist() == [5, 6, 1]
+    assert longest_ngram_continuation(usual, 2, 2, 3, latest=True).tolist() == [4, 9, 1]
+    assert longest_ngram_continuation(ctx, 2, 4, 2, latest=True).tolist() == [4, 3]
     assert longest_ngram_continuation(np.array([1, 2, 3]), 2, 4, 2).tolist() == []
 
 

@@ -56,7 +56,8 @@ class ProposerOptions:
       its most frequent continuation, the first occurrence of that),
       ``tail`` (the Jacobi tail only, as CLLM's shrinking block; random prompt tokens when empty),
       ``random`` (tokens drawn from the request's own prompt and output, as CLLM starts blocks),
-      ``hybrid`` (per request and step, the first source with a draft of: the n-gram lookup,
+      ``hybrid`` (per request and step, the first source with a draft of: the n-gram lookup
+      — its usual or its latest continuation, whichever has matched better in the request —,
       the history, the pool, "tail + ngram" — vllm_cllm/jacobi.py ``JACOBI_ORDER``).
     ngram_min / ngram_max: n-gram lengths tried by the ``ngram`` fill.
     seed: seeds the ``random`` fill; the same on every tensor-parallel rank.
