@@ -19,9 +19,15 @@ import time
 from pathlib import Path
 
 from vllm_cllm.benchmarking import speedup_bars
-from vllm_cllm.gsm_bench import quality, run_configurations, slim, write_report
+from vllm_cllm.gsm_bench import (
+    quality,
+    run_configurations,
+    slim,
+    tokens_per_step_without,
+    write_report,
+)
 from vllm_cllm.models import model_path
-from vllm_cllm.training.gsm import chat_prompt, gsm_problems
+from vllm_cllm.training.gsm import chat_prompt, gsm_problems, seen_in_training
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 15, "prompt_lookup_min": 2,
          "prompt_lookup_max": 4}
@@ -72,6 +78,10 @@ def main() -> None:
     parser.add_argument("--b1-ks", default="15,8", help="of those, also measured at batch 1")
     parser.add_argument("--b1-problems", type=int, default=40)
     parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--training-seed", type=int, default=1,
+                        help="the CLLM's training prompts (the demo's: seed 1, 400 prompts); "
+                        "rows are also reported without the problems found among them")
+    parser.add_argument("--training-prompts", type=int, default=400)
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
@@ -93,7 +103,16 @@ def main() -> None:
     prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     quality_rows = quality(rows, ["base", "cllm"], problems, tokenizer, prompt_ids,
                            dirs["base"])
-    print(write_report(slim(rows), quality_rows, out, header))
+    seen = seen_in_training(problems, args.training_prompts, args.training_seed)
+    unseen = {f"{r['model']} {r['config']} b{r['batch_size']}":
+              tokens_per_step_without(r, set(seen)) for r in rows}
+    lines = ["", f"Tokens/step without the evaluation problems verbatim among the first "
+             f"{args.training_prompts} prompts of training seed {args.training_seed} "
+             f"(problem indices {seen}): " + ", ".join(
+                 f"{name} {value:.2f}" for name, value in unseen.items() if "none" not in name)]
+    print(write_report(slim(rows), quality_rows, out, header,
+                       extra={"seen_in_training": seen, "tokens_per_step_unseen": unseen},
+                       extra_lines=lines))
     plot(slim(rows), out)
 
 

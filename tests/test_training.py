@@ -350,6 +350,18 @@ def test_training_prompts_can_leave_out_questions_the_evaluation_asks():
         training_problems(10, GSM_EVAL_SEED)
 
 
+def test_the_gsm_benchmark_reports_tokens_per_step_without_the_problems_seen_in_training():
+    """The demos' evaluation set shares its 34th question with their training prompts; the
+    benchmark reports every row also without it (per-request tokens over counted steps)."""
+    from vllm_cllm.gsm_bench import tokens_per_step_without
+    from vllm_cllm.training.gsm import GSM_EVAL_SEED, gsm_problems, seen_in_training
+
+    assert seen_in_training(gsm_problems(40, GSM_EVAL_SEED), 400, 1) == [33]
+    row = {"tokens": [[1] * 8, [2] * 30, [3] * 6], "steps": [4, 6, 3]}
+    assert tokens_per_step_without(row, set()) == 44 / 13
+    assert tokens_per_step_without(row, {1}) == 14 / 7
+
+
 @pytest.mark.parametrize("command", ["space", "trajectories"])
 def test_training_on_the_evaluation_seed_is_refused_before_anything_runs(command, tmp_path,
                                                                          capsys):

@@ -28,6 +28,14 @@ def slim(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "tokens"} for r in rows]
 
 
+def tokens_per_step_without(row: dict, skip: set[int]) -> float:
+    """A measured row's tokens per step over its requests except those indexed in ``skip``
+    (``row`` with its per-request ``tokens`` and counted ``steps``)."""
+    keep = [i for i in range(len(row["steps"])) if i not in skip]
+    steps = sum(row["steps"][i] for i in keep)
+    return sum(len(row["tokens"][i]) for i in keep) / steps if steps else 0.0
+
+
 def run_configurations(configs: list[Config], dirs: dict[str, str], prompts: list[str],
                        b1_prompts: int, max_tokens: int,
                        progress: Callable[[list[dict]], None] | None = None) -> list[dict]:
