@@ -255,7 +255,7 @@ def test_outputs_of_requests_that_left_become_a_draft_source_for_greedy_requests
 
 
 def test_ngram_prefers_longest_then_usual_then_first_match():
-    from vllm_cllm.fill import longest_ngram_continuation
+    from vllm_cllm.fill import longest_ngram_continuation, ngram_continuations
 
     ctx = np.array([7, 1, 2, 8, 9, 3, 1, 2, 5, 6, 0, 3, 1, 2, 4, 3, 1, 2])
     # suffix (3,1,2) occurred at 5 and 11, followed by 5 and 4 once each -> the first: 5, 6
@@ -263,8 +263,10 @@ def test_ngram_prefers_longest_then_usual_then_first_match():
     # (1,2) followed by 8, 5, 5, 4: 5 is the usual next token -> its first occurrence
     usual = np.array([1, 2, 8, 0, 1, 2, 5, 6, 1, 2, 5, 7, 1, 2, 4, 9, 1, 2])
     assert longest_ngram_continuation(usual, 2, 2, 3).tolist() == [5, 6, 1]
-    assert longest_ngram_continuation(usual, 2, 2, 3, latest=True).tolist() == [4, 9, 1]
-    assert longest_ngram_continuation(ctx, 2, 4, 2, latest=True).tolist() == [4, 3]
+    # both continuations from one search: the usual one as above, and the latest occurrence's
+    assert [c.tolist() for c in ngram_continuations(usual, 2, 2, 3)] == [[5, 6, 1], [4, 9, 1]]
+    assert [c.tolist() for c in ngram_continuations(ctx, 2, 4, 2)] == [[5, 6], [4, 3]]
+    assert [c.tolist() for c in ngram_continuations(np.array([1, 2, 3]), 2, 4, 2)] == [[], []]
     assert longest_ngram_continuation(np.array([1, 2, 3]), 2, 4, 2).tolist() == []
 
 

@@ -18,11 +18,28 @@ class Fill(Protocol):
         """Up to ``num_tokens`` guesses for the tokens that follow ``context``."""
 
 
+def _longest_ngram_hits(context: np.ndarray, ngram_min: int, ngram_max: int) -> np.ndarray:
+    """Positions right after each earlier occurrence of the longest suffix n-gram
+    (``ngram_max`` down to ``ngram_min`` tokens) that occurred before; empty if none did."""
+    length = len(context)
+    for n in range(min(ngram_max, length - 1), ngram_min - 1, -1):
+        windows = np.lib.stride_tricks.sliding_window_view(context[:length - 1], n)
+        hits = np.flatnonzero((windows == context[length - n:]).all(axis=1)) + n
+        if len(hits):
+            return hits
+    return np.empty(0, dtype=np.int64)
+
+
+def _usual_start(context: np.ndarray, hits: np.ndarray) -> int:
+    """The first hit whose next token is the one that most often followed the n-gram."""
+    _, which, counts = np.unique(context[hits], return_inverse=True, return_counts=True)
+    return int(hits[np.argmax(counts[which])])
+
+
 def longest_ngram_continuation(context: np.ndarray, ngram_min: int, ngram_max: int,
-                               num_tokens: int, *, latest: bool = False) -> np.ndarray:
+                               num_tokens: int) -> np.ndarray:
     """Tokens that followed the longest matching suffix n-gram: at the occurrence whose next
-    token followed it most often, the first such occurrence on a tie (``latest``: at its most
-    recent occurrence instead).
+    token followed it most often, the first such occurrence on a tie.
 
     The first occurrence, as vLLM's ngram proposer does: in code and in answers that quote the
     prompt it is the original the model copies from (measured: TPF 2.72 vs 2.37 for the latest).
@@ -30,27 +47,30 @@ def longest_ngram_continuation(context: np.ndarray, ngram_min: int, ngram_max: i
     seen several times with different continuations continues as it usually did (CLLM demo,
     jacobi k = 15, 40 gsm problems at batch 8: 3.41 vs 3.36 tokens per step for the first
     occurrence alone; the bench's other data sets unchanged or better, first order).
-    The latest occurrence is what a worked solution continues with once its numbers move on
-    (step 3 repeats step 2's phrasing with step 2's results); ``jacobi`` scores both per request.
 
     Prompt-lookup decoding over the request's own tokens. Written with numpy rather than by
     calling vLLM's numba matcher: importing numba (llvmlite) into a process makes every later
     in-process vLLM 0.32 engine fail at start-up (its kernel-override scan trips over an
     llvmlite object), which would break sequential engines in tests and benchmarks.
     """
-    length = len(context)
-    for n in range(min(ngram_max, length - 1), ngram_min - 1, -1):
-        windows = np.lib.stride_tricks.sliding_window_view(context[:length - 1], n)
-        hits = np.flatnonzero((windows == context[length - n:]).all(axis=1)) + n
-        if len(hits):
-            if latest:
-                start = int(hits[-1])
-            else:  # how often each hit's next token follows the n-gram; argmax: the first
-                _, which, counts = np.unique(context[hits], return_inverse=True,
-                                             return_counts=True)
-                start = int(hits[np.argmax(counts[which])])
-            return context[start:start + num_tokens]
-    return context[:0]
+    hits = _longest_ngram_hits(context, ngram_min, ngram_max)
+    if not len(hits):
+        return context[:0]
+    start = _usual_start(context, hits)
+    return context[start:start + num_tokens]
+
+
+def ngram_continuations(context: np.ndarray, ngram_min: int, ngram_max: int,
+                        num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """The usual continuation (:func:`longest_ngram_continuation`) and the one at the n-gram's
+    latest occurrence, from one search. The latest is what a worked solution continues with
+    once its numbers move on (step 3 repeats step 2's phrasing with step 2's results);
+    ``jacobi`` scores both per request."""
+    hits = _longest_ngram_hits(context, ngram_min, ngram_max)
+    if not len(hits):
+        return context[:0], context[:0]
+    usual, latest = _usual_start(context, hits), int(hits[-1])
+    return context[usual:usual + num_tokens], context[latest:latest + num_tokens]
 
 
 def pool_continuation(context: np.ndarray, pool: list[np.ndarray], ngram_max: int,
@@ -88,13 +108,26 @@ class NgramFill:
     def __init__(self, ngram_min: int, ngram_max: int, max_model_len: int) -> None:
         self.ngram_min, self.ngram_max, self.max_model_len = ngram_min, ngram_max, max_model_len
 
-    def __call__(self, context: np.ndarray, num_tokens: int, *, latest: bool = False
-                 ) -> np.ndarray:
-        num_tokens = min(num_tokens, self.max_model_len - len(context))
-        if num_tokens <= 0 or len(context) <= self.ngram_min:
+    def _room(self, context: np.ndarray, num_tokens: int) -> int:
+        """Tokens a continuation may have (0: none, or too short a context to search)."""
+        if len(context) <= self.ngram_min:
+            return 0
+        return max(0, min(num_tokens, self.max_model_len - len(context)))
+
+    def __call__(self, context: np.ndarray, num_tokens: int) -> np.ndarray:
+        num_tokens = self._room(context, num_tokens)
+        if num_tokens == 0:
             return context[:0]
         return longest_ngram_continuation(np.asarray(context), self.ngram_min, self.ngram_max,
-                                          num_tokens, latest=latest)
+                                          num_tokens)
+
+    def both(self, context: np.ndarray, num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        """The usual and the latest continuation (:func:`ngram_continuations`)."""
+        num_tokens = self._room(context, num_tokens)
+        if num_tokens == 0:
+            return context[:0], context[:0]
+        return ngram_continuations(np.asarray(context), self.ngram_min, self.ngram_max,
+                                   num_tokens)
 
 
 class RandomContextFill:

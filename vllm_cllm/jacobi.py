@@ -168,11 +168,11 @@ class JacobiProposer(SelfDraftingProposer):
     def __init__(self, vllm_config: Any) -> None:
         super().__init__(vllm_config)
         self.restart = RandomContextFill(self.options.seed)
-        if self.options.fill == "hybrid":
-            self.fill: Fill = NgramFill(self.options.ngram_min, self.options.ngram_max,
-                                        self.max_model_len)
-        else:
-            self.fill = make_fill(self.options, self.max_model_len)
+        #: the n-gram lookup: ``hybrid``'s fill, and its n-gram source in both continuations
+        self.lookup = NgramFill(self.options.ngram_min, self.options.ngram_max,
+                                self.max_model_len)
+        self.fill: Fill = self.lookup if self.options.fill == "hybrid" else \
+            make_fill(self.options, self.max_model_len)
 
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray,
                 token_ids_cpu: np.ndarray, *args: Any, **kwargs: Any) -> list[list[int]]:
@@ -210,9 +210,7 @@ class JacobiProposer(SelfDraftingProposer):
             return draft
         req_id = predictions.req_ids[i] if predictions is not None else None
         history = self.history if self.uses_history(req_id) else None
-        usual = np.asarray(self.fill(context, room), dtype=np.int64)
-        latest = np.asarray(self.fill(context, room, latest=True), dtype=np.int64) \
-            if len(usual) else _EMPTY
+        usual, latest = (np.asarray(c, dtype=np.int64) for c in self.lookup.both(context, room))
         return state.hybrid.draft(draft, usual, context, tail, room, self.options.pool_size,
                                   self.options.ngram_max, history, latest)
 
