@@ -266,3 +266,18 @@ def test_triton_cases_pass_under_the_interpreter() -> None:
     expected = len(ALL_CASES) + 4 * 4 + 3  # cases, vocab splits, capture cases run
     assert passed and int(passed.group(1)) >= expected, out[-2000:]
     assert " failed" not in out and " error" not in out, out[-2000:]
+
+
+def test_cpu_argmax_through_numpy_matches_torch_ties_and_nans():
+    """The CPU fast path (numpy's argmax on a float32 view) picks what torch.argmax picks:
+    the first maximum, and the first NaN where a row has any."""
+    from vllm_cllm.kernels.fixed_point import row_argmax
+
+    logits = torch.randn(16, 4096)
+    logits[2, :] = 0.5  # all tied
+    logits[5, [7, 100]] = float("nan")
+    logits[9, [3, 30]] = logits[9].max() + 1  # two equal maxima
+    strided = torch.randn(6, 600)[:, ::3]
+    for x in (logits, strided, logits.double()):
+        assert torch.equal(row_argmax(x), x.argmax(dim=-1))
+        assert row_argmax(x).dtype == torch.int64

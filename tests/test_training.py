@@ -350,16 +350,30 @@ def test_training_prompts_can_leave_out_questions_the_evaluation_asks():
         training_problems(10, GSM_EVAL_SEED)
 
 
-def test_the_gsm_benchmark_reports_tokens_per_step_without_the_problems_seen_in_training():
-    """The demos' evaluation set shares its 34th question with their training prompts; the
-    benchmark reports every row also without it (per-request tokens over counted steps)."""
-    from vllm_cllm.gsm_bench import tokens_per_step_without
-    from vllm_cllm.training.gsm import GSM_EVAL_SEED, gsm_problems, seen_in_training
+def test_the_gsm_benchmark_evaluates_on_problems_never_seen_in_training():
+    """The demos' training prompts (seed 1, 400) hold seed 1000's 34th question; the benchmark
+    takes the first 40 of seed 1000 without it, i.e. the 41st in its place."""
+    from vllm_cllm.training.gsm import (
+        GSM_EVAL_SEED,
+        gsm_problems,
+        seen_in_training,
+        unseen_problems,
+    )
 
-    assert seen_in_training(gsm_problems(40, GSM_EVAL_SEED), 400, 1) == [33]
-    row = {"tokens": [[1] * 8, [2] * 30, [3] * 6], "steps": [4, 6, 3]}
-    assert tokens_per_step_without(row, set()) == 44 / 13
-    assert tokens_per_step_without(row, {1}) == 14 / 7
+    first = gsm_problems(41, GSM_EVAL_SEED)
+    assert seen_in_training(first[:40], 400, 1) == [33]
+    unseen = unseen_problems(40, GSM_EVAL_SEED, 400, 1)
+    assert unseen == first[:33] + first[34:]
+    assert seen_in_training(unseen, 400, 1) == []
+
+
+def test_tokens_per_verify_step_leaves_out_the_prefill_step_and_its_token():
+    from vllm_cllm.benchmarking import tokens_per_verify_step
+
+    # 8 tokens in 4 steps: 1 from prefill, 7 in 3 decode steps; a request that ended at
+    # prefill (1 token, 1 step) has no decode step at all
+    assert tokens_per_verify_step([[1] * 8, [2] * 30, [3]], [4, 6, 1]) == (7 + 29) / (3 + 5)
+    assert tokens_per_verify_step([[3]], [1]) == 1.0
 
 
 @pytest.mark.parametrize("command", ["space", "trajectories"])

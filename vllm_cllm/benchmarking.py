@@ -57,11 +57,20 @@ def _measure_batch_size(llm: Any, prompts: list[str], batch_size: int, max_token
         "seconds": elapsed, "tokens_per_s": generated / elapsed,
         "tpf": mean_acceptance_length(before, after),
         "tokens_per_step": generated / total_steps if total_steps else 1.0,
+        "tokens_per_verify_step": tokens_per_verify_step(tokens, steps),
         "steps": steps,
         "num_drafts": drafts,
         "acceptance_by_position": [p / drafts for p in per_pos] if drafts else [],
         "tokens": tokens,
     }
+
+
+def tokens_per_verify_step(tokens: list[list[int]], steps: list[int]) -> float:
+    """Output tokens per decode step: each request's first token and the prefill step that
+    gave it are left out, since that step verified no draft (1.0 without decode steps)."""
+    decoded = sum(len(t) - 1 for t, s in zip(tokens, steps, strict=True) if s > 1)
+    decode_steps = sum(s - 1 for s in steps if s > 1)
+    return decoded / decode_steps if decode_steps else 1.0
 
 
 #: {"batch_size": int, "prompts": [str], "tags": {...}, "warmup": [str]}; tags, warmup optional

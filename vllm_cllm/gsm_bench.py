@@ -5,7 +5,8 @@ A configuration is ``(model label, name, speculative config, also at batch 1)``;
 is compared with the same model's no-speculation row at the same batch size (speed-up and
 token identity). "Accept. length" is vLLM's mean acceptance length (over steps that
 drafted); "tokens/step" divides by every engine step each request took, counted
-(:func:`vllm_cllm.runtime.generate_counting_steps`).
+(:func:`vllm_cllm.runtime.generate_counting_steps`); "tokens/verify step" leaves out each
+request's prefill step and the one token it gave.
 """
 
 from __future__ import annotations
@@ -26,14 +27,6 @@ Config = tuple[str, str, dict | None, bool]
 def slim(rows: list[dict]) -> list[dict]:
     """Rows without their token lists (for JSON and tables)."""
     return [{k: v for k, v in r.items() if k != "tokens"} for r in rows]
-
-
-def tokens_per_step_without(row: dict, skip: set[int]) -> float:
-    """A measured row's tokens per step over its requests except those indexed in ``skip``
-    (``row`` with its per-request ``tokens`` and counted ``steps``)."""
-    keep = [i for i in range(len(row["steps"])) if i not in skip]
-    steps = sum(row["steps"][i] for i in keep)
-    return sum(len(row["tokens"][i]) for i in keep) / steps if steps else 0.0
 
 
 def run_configurations(configs: list[Config], dirs: dict[str, str], prompts: list[str],
@@ -76,10 +69,12 @@ def write_report(rows: list[dict], quality_rows: list[dict], out: Path, header: 
                  ) -> str:
     """table.md (speed rows, then quality, then ``extra_lines``) and results.json."""
     lines = [header, "", "| model | config | batch | accept. length (vLLM) | tokens/step | "
-             "tokens/s | speed-up | identical |", "|---|---|---|---|---|---|---|---|"]
+             "tokens/verify step | tokens/s | speed-up | identical |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['config']} | {r['batch_size']} | {r['tpf']:.2f} | "
-                     f"{r['tokens_per_step']:.2f} | {r['tokens_per_s']:.1f} | "
+                     f"{r['tokens_per_step']:.2f} | {r['tokens_per_verify_step']:.2f} | "
+                     f"{r['tokens_per_s']:.1f} | "
                      f"{r['speedup']:.2f}x | {r['identical']} |")
     if quality_rows:
         lines += ["", "| model | accuracy | distinct-4 | NLL under base | answer tokens |",

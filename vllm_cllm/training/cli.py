@@ -49,7 +49,8 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
                                                           args.exclude_eval),
                                  n=args.block_size, k=args.block_size - 1,
                                  max_new_tokens=args.max_new_tokens,
-                                 max_per_prompt=args.max_states, seed=args.seed)
+                                 max_per_prompt=args.max_states, seed=args.seed,
+                                 fill=args.onpolicy_fill)
         print(f"{written} new records in {out}")
         return 0
     items = _gsm_answers(model, args.num_prompts, args.seed, args.max_new_tokens,
@@ -145,6 +146,9 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                    "iterates (transformers); onpolicy: the drafts `jacobi` verifies in vLLM")
     p.add_argument("--max-states", type=int, default=4,
                    help="states kept per block (onpolicy: per prompt)")
+    p.add_argument("--onpolicy-fill", choices=["tail", "hybrid"], default="tail",
+                   help="onpolicy: the drafts of `jacobi` with this fill (tail: pure Jacobi "
+                   "iterates; hybrid: what the shipped proposer verifies)")
     p.add_argument("--ray-workers", type=int, default=0,
                    help="generate the answers on N Ray actors (RAY_ADDRESS), one engine each")
     _add_exclude_eval(p)

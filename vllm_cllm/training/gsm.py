@@ -46,6 +46,20 @@ def seen_in_training(problems: list[dict[str, Any]], count: int, seed: int) -> l
     return [i for i, p in enumerate(problems) if p["question"] in trained]
 
 
+def unseen_problems(count: int, seed: int, training_count: int, training_seed: int
+                    ) -> list[dict[str, Any]]:
+    """The first ``count`` problems of ``seed`` whose question is not verbatim among the first
+    ``training_count`` problems of ``training_seed``: an evaluation set a model trained on
+    those prompts has never seen (seed 1000's 34th question is seed 1's 287th)."""
+    trained = {p["question"] for p in gsm_problems(training_count, training_seed)}
+    size = count
+    while True:
+        unseen = [p for p in gsm_problems(size, seed) if p["question"] not in trained]
+        if len(unseen) >= count:
+            return unseen[:count]
+        size += count - len(unseen)
+
+
 def chat_prompt(tokenizer: Any, question: str) -> str:
     return tokenizer.apply_chat_template(
         [{"role": "user", "content": f"{question}\n{INSTRUCTION}"}], tokenize=False,

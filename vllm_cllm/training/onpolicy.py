@@ -82,12 +82,14 @@ def onpolicy_records(outputs: list[Any], drafts: list[Draft], n: int, max_per_pr
 
 def write_onpolicy(path: Path, model: str, prompts: list[str], *, n: int, k: int,
                    max_new_tokens: int, max_per_prompt: int, seed: int,
-                   chunk_size: int = 32) -> int:
+                   chunk_size: int = 32, fill: str = "tail") -> int:
     """Record drafts for the prompts not yet in ``path`` and append their records, one chunk
     of prompts at a time on one engine (an interrupted build resumes at the next chunk).
 
-    ``jacobi`` runs with ``fill: tail``: the drafts are pure Jacobi iterates (no n-gram
-    continuation), the states consistency training is about.
+    ``jacobi`` runs with ``fill`` (``tail``: the drafts are pure Jacobi iterates, the states
+    consistency training is about; ``hybrid``: the drafts the shipped proposer verifies —
+    lookups of the request's n-grams, earlier answers and recent iterates, and the tail —
+    behind whose rejected tokens the model must still predict the fixed point).
     """
     from tqdm import tqdm
     from vllm import SamplingParams
@@ -116,5 +118,5 @@ def write_onpolicy(path: Path, model: str, prompts: list[str], *, n: int, k: int
                 f.flush()
         return written
 
-    spec = {"method": "jacobi", "num_speculative_tokens": k, "fill": "tail"}
+    spec = {"method": "jacobi", "num_speculative_tokens": k, "fill": fill}
     return with_engine(model, spec, run)
