@@ -52,11 +52,19 @@ def plot(rows: list[dict], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
-    sel = [r for r in rows if r["batch_size"] == 8 and r["config"] != "none"]
-    axes[0].barh([f"{r['model']}: {r['config']}" for r in sel],
-                 [r["tokens_per_step"] for r in sel])
-    axes[0].set_title("tokens per decode step, every step counted (batch 8)")
+    spec = [r for r in rows if r["config"] != "none"]
+    names = list(dict.fromkeys(f"{r['model']}: {r['config']}" for r in spec))
+    for offset, batch in ((-0.2, 1), (0.2, 8)):
+        value = {f"{r['model']}: {r['config']}": r["tokens_per_verify_step"]
+                 for r in spec if r["batch_size"] == batch}
+        at = [i + offset for i, name in enumerate(names) if name in value]
+        axes[0].barh(at, [value[n] for n in names if n in value], height=0.4,
+                     label=f"batch {batch}")
+    axes[0].set_yticks(range(len(names)), names)
+    axes[0].axvline(3.5, color="black", linestyle="--", linewidth=0.8)
+    axes[0].set_title("tokens per verify step (dashed: 3.5)")
     axes[0].invert_yaxis()
+    axes[0].legend(loc="lower right")
     b1 = [r for r in rows if r["batch_size"] == 1]
     speedup_bars(axes[1], [f"{r['model']}: {r['config']}" for r in b1],
                  [r["speedup"] for r in b1],

@@ -39,13 +39,6 @@ def training_problems(count: int, seed: int, exclude_eval: int = 0) -> list[dict
     return [p for p in problems if p["question"] not in held_out]
 
 
-def seen_in_training(problems: list[dict[str, Any]], count: int, seed: int) -> list[int]:
-    """Indices of ``problems`` whose question is verbatim among the first ``count`` problems
-    of training ``seed``: the evaluation problems a model trained on those has seen."""
-    trained = {p["question"] for p in gsm_problems(count, seed)}
-    return [i for i, p in enumerate(problems) if p["question"] in trained]
-
-
 def unseen_problems(count: int, seed: int, training_count: int, training_seed: int
                     ) -> list[dict[str, Any]]:
     """The first ``count`` problems of ``seed`` whose question is not verbatim among the first
