@@ -23,6 +23,7 @@ import importlib.util
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 BACKENDS = ("auto", "torch", "triton")
@@ -114,8 +115,6 @@ def row_argmax(logits: torch.Tensor) -> torch.Tensor:
     on this CPU. The logits are not copied: numpy reads the tensor's memory.
     """
     if logits.device.type == "cpu" and logits.dtype == torch.float32 and not logits.requires_grad:
-        import numpy as np
-
         return torch.from_numpy(np.argmax(logits.numpy(), axis=-1).astype(np.int64, copy=False))
     return logits.argmax(dim=-1).to(torch.int64)
 
