@@ -47,11 +47,13 @@ def markdown(rows: list[dict[str, Any]], header: dict[str, Any]) -> str:
             cells.append("" if r is None else
                          f"{r['speedup']:.2f}x ({r['tpf']:.2f}){'' if r['identical'] else '*'}")
         lines.append(f"| {config} | " + " | ".join(cells) + " |")
-    lines += ["", "| model | method | dataset | batch | tokens/step | accept. length (vLLM) | "
-              "tokens/s | speed-up | identical |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| model | method | dataset | batch | tokens/verify step | tokens/step (with "
+              "prefill) | accept. length (vLLM) | tokens/s | speed-up | identical |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['method']} | {r['dataset']} | {r['batch_size']} | "
-                     f"{r['tpf']:.2f} | {r['vllm_acceptance_length']:.2f} | "
+                     f"{r['tpf']:.2f} | {r['tokens_per_step']:.2f} | "
+                     f"{r['vllm_acceptance_length']:.2f} | "
                      f"{r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['identical']} |")
     return "\n".join(lines) + "\n"
 
