@@ -33,8 +33,9 @@ def test_large_batch_drafts_only_what_is_likely_accepted():
 
 
 def test_tokens_below_the_floor_are_drafted_at_batch_one():
-    # on the CPU (knee 16, floor 25) a one-request step verifies ~7 draft tokens for the price
-    # of one: a draft right 30 % of the time is still worth those free slots, not more
+    # with knee 16 and floor 25 (the CPU's fit before 2026-11-25) a one-request step verifies
+    # ~7 draft tokens for the price of one: a draft right 30 % of the time is still worth
+    # those free slots, not more
     assert draft_lengths([(0.3, 0.3)], [15], knee_tokens=16, floor_tokens=25) == [7]
     assert draft_lengths([(0.97, 0.97)], [15], knee_tokens=16, floor_tokens=25) == [15]
     # at batch 16 the step is already past the floor: the floor changes nothing

@@ -17,8 +17,9 @@ from vllm_cllm.bench import (
     run,
 )
 from vllm_cllm.bench_report import FIELDS, write_results
-from vllm_cllm.benchmarking import WARMUP_PROMPT
+from vllm_cllm.benchmarking import WARMUP_PROMPT, combine_rows, measured_row
 from vllm_cllm.datasets import mtbench_questions, sharegpt_questions
+from vllm_cllm.engine_pool import turn_order
 
 
 def test_mtbench_and_sharegpt_come_from_their_wheels():
@@ -31,15 +32,15 @@ def test_mtbench_and_sharegpt_come_from_their_wheels():
 def test_groups_never_share_a_prompt():
     # vLLM's suffix proposer caches earlier responses: a prompt measured twice flatters it.
     plan = BenchPlan()
-    prompts = {d: [f"{d} {i}" for i in range(28)] for d in plan.datasets}
+    prompts = {d: [f"{d} {i}" for i in range(32)] for d in plan.datasets}
     batches = groups(plan, prompts)
     measured = [p for g in batches for p in g["prompts"]]
-    assert len(measured) == len(set(measured)) == 4 * (4 + 8 + 16)
+    assert len(measured) == len(set(measured)) == 4 * (8 + 8 + 16)
     assert all(g["warmup"] == [WARMUP_PROMPT] * g["batch_size"] for g in batches)
-    assert [len(g["prompts"]) for g in batches[:3]] == [4, 8, 16]
+    assert [len(g["prompts"]) for g in batches[:3]] == [8, 8, 16]
 
 
-def _row(model, method, tokens, tps, steps_tokens=1.0, dataset="gsm", batch=1):
+def _bench_row(model, method, tokens, tps, steps_tokens=1.0, dataset="gsm", batch=1):
     return {"model": model, "method": method, "dataset": dataset, "batch_size": batch,
             "tokens": tokens, "tokens_per_s": tps, "tpf": 9.9,
             "tokens_per_step": steps_tokens - 0.1, "tokens_per_verify_step": steps_tokens,
@@ -48,8 +49,10 @@ def _row(model, method, tokens, tps, steps_tokens=1.0, dataset="gsm", batch=1):
 
 def test_rows_compare_with_the_same_models_baseline():
     rows = compare_with_baselines([
-        _row("base", "none", [[1, 2]], 10.0), _row("cllm", "none", [[1, 3]], 20.0),
-        _row("base", "jacobi", [[1, 2]], 25.0, 2.5), _row("cllm", "jacobi", [[1, 2]], 30.0, 3.0)])
+        _bench_row("base", "none", [[1, 2]], 10.0),
+        _bench_row("cllm", "none", [[1, 3]], 20.0),
+        _bench_row("base", "jacobi", [[1, 2]], 25.0, 2.5),
+        _bench_row("cllm", "jacobi", [[1, 2]], 30.0, 3.0)])
     base, cllm = rows[2], rows[3]
     assert base["speedup"] == 2.5 and base["identical"]
     assert cllm["speedup"] == 1.5 and not cllm["identical"]  # differs from cllm's own baseline
@@ -58,9 +61,10 @@ def test_rows_compare_with_the_same_models_baseline():
 
 def test_rounds_merge_into_median_paired_speedups():
     def round_rows(base_tps, jacobi_tps, jacobi_tokens=((1, 2),)):
-        return compare_with_baselines([_row("base", "none", [[1, 2]], base_tps),
-                                       _row("base", "jacobi", [list(t) for t in jacobi_tokens],
-                                            jacobi_tps, 2.0)])
+        return compare_with_baselines([_bench_row("base", "none", [[1, 2]], base_tps),
+                                       _bench_row("base", "jacobi",
+                                                  [list(t) for t in jacobi_tokens],
+                                                  jacobi_tps, 2.0)])
 
     # the machine slows down in round 2: paired ratios stay 2.0, 2.0, 1.0 -> median 2.0
     merged = merge_rounds([round_rows(10.0, 20.0), round_rows(5.0, 10.0),
@@ -74,8 +78,8 @@ def test_rounds_merge_into_median_paired_speedups():
 
 
 def test_results_files_have_the_documented_fields(tmp_path):
-    rows = compare_with_baselines([_row("base", "none", [[1]], 10.0),
-                                   _row("base", "jacobi", [[1]], 20.0, 2.0)])
+    rows = compare_with_baselines([_bench_row("base", "none", [[1]], 10.0),
+                                   _bench_row("base", "jacobi", [[1]], 20.0, 2.0)])
     table = write_results(rows, tmp_path, {"date": "today", "description": "test",
                                            "datasets": ["gsm"]})
     data = json.loads((tmp_path / "results.json").read_text())
@@ -95,6 +99,30 @@ def test_configurations_cover_every_method_and_model():
     assert not any(c.method == "suffix" for c in configurations(15, with_suffix=False))
     assert BenchPlan.quick().fingerprint() != BenchPlan().fingerprint()
     assert BenchPlan(rounds=3).fingerprint() == BenchPlan().fingerprint()  # rounds reuse it
+
+
+def test_parts_of_a_group_combine_into_the_row_of_the_whole():
+    # two batches of one engine: counts add up, rates are recomputed from the sums
+    first = {"dataset": "gsm", **measured_row(1, [[1, 2, 3]], [2], 1.0, drafts=1,
+                                              accepted=1, accepted_by_position=[1])}
+    second = measured_row(1, [[4, 5, 6, 7, 8]], [3], 3.0, drafts=2, accepted=2,
+                          accepted_by_position=[2, 0])
+    row = combine_rows([first, second])
+    assert row["dataset"] == "gsm" and row["tokens"] == [[1, 2, 3], [4, 5, 6, 7, 8]]
+    assert row["tokens_per_s"] == 2.0 and row["num_drafts"] == 3 and row["tpf"] == 2.0
+    assert row["accepted_by_position"] == [3, 0] and row["acceptance_by_position"] == [1.0, 0.0]
+    assert row["tokens_per_verify_step"] == 6 / 3  # (3-1 + 5-1) tokens over (1 + 2) steps
+
+
+def test_turn_order_varies_who_runs_first_and_who_follows_whom():
+    names = ["a", "b", "c"]
+    orders = [turn_order(names, r) for r in range(6)]
+    assert all(sorted(o) == names for o in orders)
+    assert {o[0] for o in orders} == set(names)
+    followers = {(o[i], o[i + 1]) for o in orders for i in range(2)}
+    assert ("a", "b") in followers and ("b", "a") in followers
+    assert [turn_order(["x", "y"], r) for r in range(4)] == [["x", "y"], ["y", "x"],
+                                                            ["y", "x"], ["x", "y"]]
 
 
 @pytest.mark.engine

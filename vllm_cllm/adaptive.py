@@ -8,15 +8,15 @@ far — never timings, so every tensor-parallel rank drafts the same thing:
 * a verify step over ``N`` query tokens costs ``max(floor, knee + N)`` (in units of one
   query token): above the floor each query token adds the same time (``knee``: the fixed
   part), below it the device is bound by reading the weights and extra query tokens come free.
-  On this 2-core CPU (SmolLM2-135M; ``benchmarks/step_cost.py`` fits 17.5 and 25.5) the
-  defaults are knee 16, floor 25: a 16-token verify at batch 1 costs about 1.2 one-token
-  steps, at batch 16 about 4. GPUs stay memory-bound up to hundreds of query tokens (knee 256,
-  no floor needed). Plus a small per-request overhead once anything is drafted (the
-  spec-decode path);
+  On this 2-core CPU (SmolLM2-135M; ``benchmarks/step_cost.py`` fitted knee 24 and floor
+  27.5 on 2026-11-25) the defaults are knee 24, floor 28: a 16-token verify at batch 1 costs
+  about 1.4 one-token steps, at batch 16 a draft token per request about +36 %. GPUs stay
+  memory-bound up to hundreds of query tokens (knee 256, no floor needed). Plus a small
+  per-request overhead once anything is drafted (the spec-decode path);
 * draft position ``j`` of a request yields ``first * cont**(j-1)`` tokens (its recent rate of
   first-token acceptance, then of continuing a run);
 * positions are added best first while each one raises the step's expected tokens per cost,
-  and the result is kept only if it beats drafting nothing. At batch 1 the first ~7 draft
+  and the result is kept only if it beats drafting nothing. At batch 1 the first ~2 draft
   tokens are free and longer drafts pay when runs keep being accepted; at batch 16 the bar
   starts near ``16 / (knee + 16)`` and only requests whose drafts keep getting accepted draft.
 """

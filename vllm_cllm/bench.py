@@ -1,9 +1,11 @@
 """``vllm-cllm bench``: this project's proposers against vLLM's own, on real data, in one sitting.
 
 Every configuration (model × speculative method) runs in its own engine process over every
-data set and batch size; each row is compared with the same model's no-speculation row on
-the same prompts and batch size (speed-up, greedy token identity). Per-configuration results
-are cached under ``OUT/raw/`` so that an interrupted run resumes where it stopped.
+data set and batch size; one model's configurations are loaded side by side and take turns
+batch by batch (vllm_cllm/engine_pool.py), so that this shared machine's drift between
+sittings minutes apart does not enter the ratios. Each row is compared with the same model's
+no-speculation row on the same prompts and batch size (speed-up, greedy token identity).
+Per-model results are cached under ``OUT/raw/`` so that an interrupted run resumes there.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from vllm_cllm.benchmarking import WARMUP_PROMPT, against_baseline, measure_in_subprocess
+from vllm_cllm.benchmarking import WARMUP_PROMPT, Group, against_baseline, combine_rows
+from vllm_cllm.engine_pool import EnginePool, turn_order
 
 #: The demo checkpoints the bench compares (``vllm-cllm model-path`` prepares them).
 MODELS = {"base": "smollm2-135m-instruct", "cllm": "smollm2-135m-cllm-gsm",
@@ -46,12 +49,12 @@ class BenchPlan:
     batch_sizes: tuple[int, ...] = (1, 4, 16)
     #: prompts per batch size (batch 1 runs its prompts one at a time)
     prompts_per_batch: dict[int, int] = field(
-        default_factory=lambda: {1: 4, 4: 8, 16: 16}, hash=False)
+        default_factory=lambda: {1: 8, 4: 8, 16: 16}, hash=False)
     max_tokens: int = 128
     k: int = 15
-    #: Interleaved rounds: every configuration runs once per round (a fresh engine each time),
-    #: and a row's speed-up is the median over rounds of its ratio to its baseline in the
-    #: same round; this machine's drift between minutes-apart runs is ±5 %.
+    #: Rounds: every configuration runs once per round (fresh engines each time), and a
+    #: row's speed-up is the median over rounds of its ratio to its baseline in the same
+    #: round.
     rounds: int = 1
 
     @classmethod
@@ -61,8 +64,9 @@ class BenchPlan:
 
     def fingerprint(self) -> str:
         """Names the raw-result cache (rounds live below it); the layout bumps when prompt
-        selection or what a row measures changes (3: steps counted, not inferred)."""
-        key = {**asdict(self), "layout": 3}
+        selection or what a row measures changes (3: steps counted, not inferred; 4: one model's
+        configurations side by side)."""
+        key = {**asdict(self), "layout": 4}
         key.pop("rounds")
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -137,32 +141,61 @@ def groups(plan: BenchPlan, prompts: dict[str, list[str]]) -> list[dict[str, Any
 
 def run(plan: BenchPlan, out: Path, model_dirs: dict[str, str],
         configs: list[BenchConfig]) -> list[dict[str, Any]]:
-    """Measure every configuration in ``plan.rounds`` interleaved rounds (resuming from
-    ``out/raw``) and compare each with its baseline."""
+    """Measure every configuration in ``plan.rounds`` rounds (resuming from ``out/raw``) and
+    compare each with its baseline. Within a round, one model's configurations run side by
+    side (:func:`measure_side_by_side`), so a speed-up is a ratio between runs seconds apart."""
     from transformers import AutoTokenizer
 
     prompts = prompt_sets(plan, AutoTokenizer.from_pretrained(model_dirs["base"]))
     raw = out / "raw" / plan.fingerprint()
+    models = list(dict.fromkeys(c.model for c in configs))
     rounds = []
-    with tqdm(total=plan.rounds * len(configs), desc="bench configs") as bar:
+    with tqdm(total=plan.rounds * len(models), desc="bench models") as bar:
         for r in range(plan.rounds):
             folder = raw if r == 0 else raw / f"round{r + 1}"  # round 1: the one-round layout
             folder.mkdir(parents=True, exist_ok=True)
+            measured: dict[str, list[dict[str, Any]]] = {}
+            for model in models:
+                mine = [c for c in configs if c.model == model]
+                cached = folder / f"{model}.json"
+                found = json.loads(cached.read_text()) if cached.exists() else {}
+                if not all(c.key in found for c in mine):
+                    found = measure_side_by_side(model_dirs[model], mine, groups(plan, prompts),
+                                                 plan.max_tokens)
+                    cached.write_text(json.dumps(found))
+                measured.update(found)
+                bar.update()
             rows: list[dict[str, Any]] = []
             for config in configs:
-                cached = folder / f"{config.key}.json"
-                if cached.exists():
-                    measured = json.loads(cached.read_text())
-                else:
-                    measured = measure_in_subprocess(model_dirs[config.model], config.spec,
-                                                     groups(plan, prompts), plan.max_tokens)
-                    cached.write_text(json.dumps(measured))
-                for row in measured:
+                for row in measured[config.key]:
                     row.update(model=config.model, method=config.method, spec=config.spec)
-                rows.extend(measured)
-                bar.update()
+                rows.extend(measured[config.key])
             rounds.append(compare_with_baselines(rows))
     return merge_rounds(rounds)
+
+
+def measure_side_by_side(model_dir: str, configs: list[BenchConfig], groups: list[Group],
+                         max_tokens: int) -> dict[str, list[dict[str, Any]]]:
+    """Every configuration of one model, each in its own engine, all loaded at once
+    (:class:`EnginePool`): each group is cut into batches, and every batch runs on every
+    engine in turn, the order changing from batch to batch. Returns each configuration's
+    rows (one per group) by :attr:`BenchConfig.key`."""
+    names = [c.key for c in configs]
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    turn = 0
+    with EnginePool({c.key: (model_dir, c.spec) for c in configs}) as pool:
+        for group in groups:
+            size = group["batch_size"]
+            parts: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+            for start in range(0, len(group["prompts"]), size):
+                part = {**group, "prompts": group["prompts"][start:start + size],
+                        "warmup": group.get("warmup") if start == 0 else []}
+                for name in turn_order(names, turn):
+                    parts[name].append(pool.measure(name, part, max_tokens))
+                turn += 1
+            for name in names:
+                rows[name].append(combine_rows(parts[name]))
+    return rows
 
 
 def compare_with_baselines(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

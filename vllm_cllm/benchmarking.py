@@ -16,12 +16,7 @@ import sys
 import time
 from typing import Any
 
-from vllm_cllm.runtime import (
-    generate_counting_steps,
-    mean_acceptance_length,
-    spec_metrics,
-    with_engine,
-)
+from vllm_cllm.runtime import generate_counting_steps, spec_metrics, with_engine
 
 #: The default warm-up prompt: none of the measured ones. Proposers that remember earlier
 #: requests (``hybrid``'s history of outputs, vLLM's ``suffix``) would otherwise draft the
@@ -31,12 +26,14 @@ WARMUP_PROMPT = "Write one sentence about the weather today."
 
 def _measure_batch_size(llm: Any, prompts: list[str], batch_size: int, max_tokens: int,
                         warmup: list[str] | None = None) -> dict[str, Any]:
-    """``warmup`` (default: :data:`WARMUP_PROMPT`, a batch of it) runs first, unmeasured."""
+    """``warmup`` (default: :data:`WARMUP_PROMPT`, a batch of it; ``[]``: none) runs first,
+    unmeasured."""
     from vllm import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
-    llm.generate(warmup or [WARMUP_PROMPT] * batch_size,
-                 SamplingParams(temperature=0.0, max_tokens=16), use_tqdm=False)
+    warmup = [WARMUP_PROMPT] * batch_size if warmup is None else warmup
+    if warmup:
+        llm.generate(warmup, SamplingParams(temperature=0.0, max_tokens=16), use_tqdm=False)
     before = spec_metrics(llm)
     tokens: list[list[int]] = []
     steps: list[int] = []
@@ -51,18 +48,41 @@ def _measure_batch_size(llm: Any, prompts: list[str], batch_size: int, max_token
     per_pos = [a - (per_pos_before[i] if i < len(per_pos_before) else 0)
                for i, a in enumerate(after.get("num_accepted_tokens_per_pos") or [])]
     drafts = (after.get("num_drafts") or 0) - (before.get("num_drafts") or 0)
+    accepted = (after.get("num_accepted_tokens") or 0) - (before.get("num_accepted_tokens") or 0)
+    return measured_row(batch_size, tokens, steps, elapsed, drafts, accepted, per_pos)
+
+
+def measured_row(batch_size: int, tokens: list[list[int]], steps: list[int], seconds: float,
+         drafts: int, accepted: int, accepted_by_position: list[int]) -> dict[str, Any]:
+    """A measured row from its raw counts (vLLM's spec-decode counters over the run)."""
     generated, total_steps = sum(len(t) for t in tokens), sum(steps)
     return {
-        "batch_size": batch_size, "num_prompts": len(prompts), "output_tokens": generated,
-        "seconds": elapsed, "tokens_per_s": generated / elapsed,
-        "tpf": mean_acceptance_length(before, after),
+        "batch_size": batch_size, "num_prompts": len(tokens), "output_tokens": generated,
+        "seconds": seconds, "tokens_per_s": generated / seconds,
+        "tpf": 1.0 + accepted / drafts if drafts else 1.0,
         "tokens_per_step": generated / total_steps if total_steps else 1.0,
         "tokens_per_verify_step": tokens_per_verify_step(tokens, steps),
         "steps": steps,
         "num_drafts": drafts,
-        "acceptance_by_position": [p / drafts for p in per_pos] if drafts else [],
+        "num_accepted": accepted,
+        "accepted_by_position": accepted_by_position,
+        "acceptance_by_position": [p / drafts for p in accepted_by_position] if drafts else [],
         "tokens": tokens,
     }
+
+
+def combine_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row from the rows of one engine over consecutive parts of a group of prompts
+    (:class:`vllm_cllm.engine_pool.EnginePool` runs a group part by part); the first row's
+    other fields (tags) are kept."""
+    width = max((len(r["accepted_by_position"]) for r in rows), default=0)
+    per_pos = [sum(r["accepted_by_position"][i] for r in rows
+                   if i < len(r["accepted_by_position"])) for i in range(width)]
+    combined = measured_row(rows[0]["batch_size"], [t for r in rows for t in r["tokens"]],
+                    [s for r in rows for s in r["steps"]], sum(r["seconds"] for r in rows),
+                    sum(r["num_drafts"] for r in rows), sum(r["num_accepted"] for r in rows),
+                    per_pos)
+    return {**rows[0], **combined}
 
 
 def tokens_per_verify_step(tokens: list[list[int]], steps: list[int]) -> float:
@@ -77,13 +97,17 @@ def tokens_per_verify_step(tokens: list[list[int]], steps: list[int]) -> float:
 Group = dict[str, Any]
 
 
+def measure_group(llm: Any, group: Group, max_tokens: int) -> dict[str, Any]:
+    """One group of prompts on a running engine: its row, with the group's tags."""
+    return {**group.get("tags", {}), **_measure_batch_size(
+        llm, group["prompts"], group["batch_size"], max_tokens, group.get("warmup"))}
+
+
 def measure(model: str, spec: dict[str, Any] | None, groups: list[Group], max_tokens: int,
             **engine_overrides: Any) -> list[dict[str, Any]]:
     """One engine, every group of prompts in turn; each row carries its group's tags."""
-    return with_engine(model, spec, lambda llm: [
-        {**g.get("tags", {}), **_measure_batch_size(llm, g["prompts"], g["batch_size"],
-                                                    max_tokens, g.get("warmup"))}
-        for g in groups], **engine_overrides)
+    return with_engine(model, spec, lambda llm: [measure_group(llm, g, max_tokens)
+                                                 for g in groups], **engine_overrides)
 
 
 def by_batch(prompts_by_batch: dict[int, list[str]]) -> list[Group]:

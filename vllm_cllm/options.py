@@ -64,7 +64,7 @@ class ProposerOptions:
     adaptive: choose each request's draft length per step from the batch size and its recent
       acceptance (vllm_cllm/adaptive.py) instead of always drafting k.
     knee_tokens / floor_tokens: the adaptive cost model — a verify step over N query tokens
-      costs ``max(floor_tokens, knee_tokens + N)`` one-token units (defaults: 16 / 25 on CPU,
+      costs ``max(floor_tokens, knee_tokens + N)`` one-token units (defaults: 24 / 28 on CPU,
       fitted by benchmarks/step_cost.py; 256 / 0 on GPUs). Refused without ``adaptive``.
     pool_size: with ``hybrid``, how many of the request's recent Jacobi iterates are kept as a
       draft source (Lookahead's n-gram pool, Jacobi Forcing's rejection recycling); 0 turns it
@@ -87,8 +87,8 @@ class ProposerOptions:
     ngram_max: int = 4
     seed: int = 0
     adaptive: bool = False
-    knee_tokens: int = 16
-    floor_tokens: int = 25
+    knee_tokens: int = 24
+    floor_tokens: int = 28
     pool_size: int = 8
     history_size: int = 16
     mask_token_id: int | None = None
@@ -181,15 +181,15 @@ def parse_options(spec: dict[str, Any], max_k: int, hf_config: Any = None) -> Pr
 
 def default_cost_model() -> tuple[int, int]:
     """The adaptive cost model's (knee, floor) for this platform. On the 2-core CPU
-    (SmolLM2-135M, ``benchmarks/step_cost.py``) a step costs ``max(25, 16 + N)`` query-token
-    units: a 16-token verify costs 1.2 one-token steps at batch 1, 4 at batch 16. GPUs stay
-    memory-bound up to hundreds of query tokens: (256, 0)."""
+    (SmolLM2-135M, ``benchmarks/step_cost.py``, 2026-11-25) a step costs ``max(28, 24 + N)``
+    query-token units: a 16-token verify costs 1.4 one-token steps at batch 1, 7 at batch 16.
+    GPUs stay memory-bound up to hundreds of query tokens: (256, 0)."""
     try:
         from vllm.platforms import current_platform
 
-        return (16, 25) if current_platform.is_cpu() else (256, 0)
+        return (24, 28) if current_platform.is_cpu() else (256, 0)
     except ImportError:
-        return 16, 25
+        return 24, 28
 
 
 def _mask_token_id(spec: dict[str, Any], hf_config: Any) -> int:

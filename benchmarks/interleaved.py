@@ -1,0 +1,131 @@
+"""Configurations compared turn by turn: every engine loaded at once, each group of prompts run
+by all of them seconds apart (vllm_cllm/engine_pool.py), so that a ratio is not this machine's
+drift between sittings minutes apart.
+
+Each round takes a fresh group of prompts (never seen by any engine before: vLLM's prefix
+cache and the proposers' memory of earlier outputs would flatter a repeat) and runs it on
+every engine, in an order that alternates between rounds. A row's speed-up is the median over
+rounds of its tokens/s divided by its baseline's tokens/s in the same round.
+
+    .venv/bin/python benchmarks/interleaved.py --preset gsm-b1 --rounds 8 --out results/il_gsm_b1
+    .venv/bin/python benchmarks/interleaved.py --preset zero-draft --dataset mtbench \\
+        --batch-size 16 --rounds 6 --out results/il_zero_draft
+
+Presets (engines: model label and speculative config; baselines are each model's ``none``):
+``gsm-b1`` — the bench's batch-1 gsm question (CLLM demo's ``jacobi`` k=15 and adaptive
+against vLLM's ``ngram`` and ``suffix`` on the base model); ``zero-draft`` — the CLLM demo
+with adaptive k against no speculation, where adaptive k drafts little or nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from vllm_cllm.bench import MODELS, BenchPlan, prompt_sets
+from vllm_cllm.benchmarking import WARMUP_PROMPT
+from vllm_cllm.engine_pool import EnginePool, turn_order
+from vllm_cllm.models import model_path
+
+JACOBI = {"method": "jacobi", "num_speculative_tokens": 15}
+PRESETS: dict[str, dict[str, tuple[str, dict[str, Any] | None]]] = {
+    "gsm-b1": {
+        "base none": ("base", None),
+        "base ngram k=8": ("base", {"method": "ngram", "num_speculative_tokens": 8,
+                                    "prompt_lookup_min": 2, "prompt_lookup_max": 4}),
+        "base suffix": ("base", {"method": "suffix", "num_speculative_tokens": 16}),
+        "cllm none": ("cllm", None),
+        "cllm jacobi k=15": ("cllm", JACOBI),
+        "cllm jacobi adaptive k=15": ("cllm", {**JACOBI, "adaptive": True}),
+    },
+    "cost-model": {  # the adaptive rule's defaults against the fit of 2026-11-25
+        "cllm none": ("cllm", None),
+        "cllm jacobi adaptive k=15": ("cllm", {**JACOBI, "adaptive": True}),
+        "cllm jacobi adaptive knee=24 floor=28": ("cllm", {**JACOBI, "adaptive": True,
+                                                           "knee_tokens": 24,
+                                                           "floor_tokens": 28}),
+    },
+    "zero-draft": {
+        "cllm none": ("cllm", None),
+        "cllm jacobi adaptive k=15": ("cllm", {**JACOBI, "adaptive": True}),
+    },
+}
+
+
+def summarise(rounds: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per configuration: median tokens/s, per-round speed-ups against its model's ``none``
+    in the same round and their median, tokens per verify step over all rounds, and whether
+    every round's tokens equal the baseline's."""
+    rows = []
+    for name in rounds[0]:
+        base = f"{name.split()[0]} none"
+        ratios = [r[name]["tokens_per_s"] / r[base]["tokens_per_s"] for r in rounds]
+        steps = sum(sum(s - 1 for s in r[name]["steps"] if s > 1) for r in rounds)
+        decoded = sum(sum(len(t) - 1 for t, s in zip(r[name]["tokens"], r[name]["steps"],
+                                                      strict=True) if s > 1) for r in rounds)
+        rows.append({
+            "config": name, "tokens_per_s": statistics.median(
+                r[name]["tokens_per_s"] for r in rounds),
+            "speedup": statistics.median(ratios), "speedup_rounds": ratios,
+            "tpf": decoded / steps if steps else 1.0,
+            "num_drafts": sum(r[name]["num_drafts"] for r in rounds),
+            "identical": all(r[name]["tokens"] == r[base]["tokens"] for r in rounds)})
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="gsm-b1")
+    parser.add_argument("--dataset", default="gsm", choices=["gsm", "humaneval", "mtbench",
+                                                             "sharegpt"])
+    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--prompts", type=int, default=None,
+                        help="prompts per round (default: 2 at batch 1, else the batch size)")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--offset", type=int, default=64,
+                        help="skip this many prompts of the data set (the bench's own)")
+    parser.add_argument("--out", default="results/interleaved")
+    args = parser.parse_args()
+    per_round = args.prompts or (2 if args.batch_size == 1 else args.batch_size)
+    need = args.offset + per_round * args.rounds
+    plan = BenchPlan(datasets=(args.dataset,), batch_sizes=(1,), prompts_per_batch={1: need})
+    from transformers import AutoTokenizer
+
+    dirs = {k: str(model_path(v)) for k, v in MODELS.items()}
+    prompts = prompt_sets(plan, AutoTokenizer.from_pretrained(dirs["base"]))[args.dataset]
+    prompts = prompts[args.offset:need]
+    configs = {name: (dirs[model], spec) for name, (model, spec) in PRESETS[args.preset].items()}
+    names = list(configs)
+    rounds: list[dict[str, dict[str, Any]]] = []
+    with EnginePool(configs) as pool:
+        for r in tqdm(range(args.rounds), desc="rounds"):
+            group = {"batch_size": args.batch_size, "warmup": [WARMUP_PROMPT] * args.batch_size,
+                     "prompts": prompts[r * per_round:(r + 1) * per_round]}
+            rounds.append({name: pool.measure(name, group, args.max_tokens)
+                           for name in turn_order(names, r)})
+    rows = summarise(rounds)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(
+        {"args": vars(args), "rows": rows,
+         "rounds": [{n: {k: v for k, v in row.items() if k != "tokens"} for n, row in r.items()}
+                    for r in rounds]}, indent=1))
+    print(f"\n{args.preset}: {args.dataset}, batch {args.batch_size}, {args.rounds} rounds of "
+          f"{per_round} prompts, {args.max_tokens} tokens\n")
+    print("| config | tokens/verify step | tokens/s | speed-up (median) | per round | drafts "
+          "| identical |\n|---|---|---|---|---|---|---|")
+    for row in rows:
+        per = " ".join(f"{x:.2f}" for x in row["speedup_rounds"])
+        print(f"| {row['config']} | {row['tpf']:.2f} | {row['tokens_per_s']:.1f} | "
+              f"{row['speedup']:.2f}x | {per} | {row['num_drafts']} | {row['identical']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
