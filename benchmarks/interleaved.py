@@ -1,10 +1,10 @@
-"""Configurations compared turn by turn: every engine loaded at once, each group of prompts run
-by all of them seconds apart (vllm_cllm/engine_pool.py), so that a ratio is not this machine's
-drift between sittings minutes apart.
+"""Configurations compared side by side: every engine loaded at once, each group of prompts run
+by all of them in lock step, a few engine steps each in turn (vllm_cllm/engine_pool.py), so
+that a ratio is not this machine's drift.
 
 Each round takes a fresh group of prompts (never seen by any engine before: vLLM's prefix
 cache and the proposers' memory of earlier outputs would flatter a repeat) and runs it on
-every engine, in an order that alternates between rounds. A row's speed-up is the median over
+every engine. A row's speed-up is the median over
 rounds of its tokens/s divided by its baseline's tokens/s in the same round.
 
     .venv/bin/python benchmarks/interleaved.py --preset gsm-b1 --rounds 8 --out results/il_gsm_b1
@@ -14,7 +14,8 @@ rounds of its tokens/s divided by its baseline's tokens/s in the same round.
 Presets (engines: model label and speculative config; baselines are each model's ``none``):
 ``gsm-b1`` — the bench's batch-1 gsm question (CLLM demo's ``jacobi`` k=15 and adaptive
 against vLLM's ``ngram`` and ``suffix`` on the base model); ``zero-draft`` — the CLLM demo
-with adaptive k against no speculation, where adaptive k drafts little or nothing.
+with adaptive k against no speculation, where adaptive k drafts little or nothing;
+``cost-model`` — the adaptive rule's default cost model against the earlier fit.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from tqdm import tqdm
 
 from vllm_cllm.bench import MODELS, BenchPlan, prompt_sets
 from vllm_cllm.benchmarking import WARMUP_PROMPT
-from vllm_cllm.engine_pool import EnginePool, turn_order
+from vllm_cllm.engine_pool import EnginePool
 from vllm_cllm.models import model_path
 
 JACOBI = {"method": "jacobi", "num_speculative_tokens": 15}
@@ -43,12 +44,12 @@ PRESETS: dict[str, dict[str, tuple[str, dict[str, Any] | None]]] = {
         "cllm jacobi k=15": ("cllm", JACOBI),
         "cllm jacobi adaptive k=15": ("cllm", {**JACOBI, "adaptive": True}),
     },
-    "cost-model": {  # the adaptive rule's defaults against the fit of 2026-11-25
+    "cost-model": {  # the adaptive rule's defaults (fit of 2026-11-25) against the earlier fit
         "cllm none": ("cllm", None),
+        "cllm jacobi adaptive knee=16 floor=25": ("cllm", {**JACOBI, "adaptive": True,
+                                                           "knee_tokens": 16,
+                                                           "floor_tokens": 25}),
         "cllm jacobi adaptive k=15": ("cllm", {**JACOBI, "adaptive": True}),
-        "cllm jacobi adaptive knee=24 floor=28": ("cllm", {**JACOBI, "adaptive": True,
-                                                           "knee_tokens": 24,
-                                                           "floor_tokens": 28}),
     },
     "zero-draft": {
         "cllm none": ("cllm", None),
@@ -74,6 +75,9 @@ def summarise(rounds: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
             "speedup": statistics.median(ratios), "speedup_rounds": ratios,
             "tpf": decoded / steps if steps else 1.0,
             "num_drafts": sum(r[name]["num_drafts"] for r in rounds),
+            # what the verify steps cost: draft tokens per request and decode step
+            "draft_tokens_per_step": sum(r[name].get("num_draft_tokens", 0) for r in rounds)
+            / steps if steps else 0.0,
             "identical": all(r[name]["tokens"] == r[base]["tokens"] for r in rounds)})
     return rows
 
@@ -100,15 +104,16 @@ def main() -> int:
     dirs = {k: str(model_path(v)) for k, v in MODELS.items()}
     prompts = prompt_sets(plan, AutoTokenizer.from_pretrained(dirs["base"]))[args.dataset]
     prompts = prompts[args.offset:need]
+    if len(prompts) < need - args.offset:
+        parser.error(f"{args.dataset} has {len(prompts) + args.offset} prompts; {args.rounds} "
+                     f"rounds of {per_round} after an offset of {args.offset} need {need}")
     configs = {name: (dirs[model], spec) for name, (model, spec) in PRESETS[args.preset].items()}
-    names = list(configs)
     rounds: list[dict[str, dict[str, Any]]] = []
     with EnginePool(configs) as pool:
         for r in tqdm(range(args.rounds), desc="rounds"):
             group = {"batch_size": args.batch_size, "warmup": [WARMUP_PROMPT] * args.batch_size,
                      "prompts": prompts[r * per_round:(r + 1) * per_round]}
-            rounds.append({name: pool.measure(name, group, args.max_tokens)
-                           for name in turn_order(names, r)})
+            rounds.append(pool.measure(group, args.max_tokens))
     rows = summarise(rounds)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -116,14 +121,18 @@ def main() -> int:
         {"args": vars(args), "rows": rows,
          "rounds": [{n: {k: v for k, v in row.items() if k != "tokens"} for n, row in r.items()}
                     for r in rounds]}, indent=1))
-    print(f"\n{args.preset}: {args.dataset}, batch {args.batch_size}, {args.rounds} rounds of "
-          f"{per_round} prompts, {args.max_tokens} tokens\n")
-    print("| config | tokens/verify step | tokens/s | speed-up (median) | per round | drafts "
-          "| identical |\n|---|---|---|---|---|---|---|")
+    lines = [f"{args.preset}: {args.dataset}, batch {args.batch_size}, {args.rounds} rounds of "
+             f"{per_round} prompts, {args.max_tokens} tokens, engines in lock step", "",
+             "| config | tokens/verify step | draft tokens/verify step | tokens/s "
+             "| speed-up (median) | per round | drafts | identical |", "|---" * 8 + "|"]
     for row in rows:
         per = " ".join(f"{x:.2f}" for x in row["speedup_rounds"])
-        print(f"| {row['config']} | {row['tpf']:.2f} | {row['tokens_per_s']:.1f} | "
-              f"{row['speedup']:.2f}x | {per} | {row['num_drafts']} | {row['identical']} |")
+        lines.append(f"| {row['config']} | {row['tpf']:.2f} | "
+                     f"{row['draft_tokens_per_step']:.2f} | {row['tokens_per_s']:.1f} | "
+                     f"{row['speedup']:.2f}x | {per} | {row['num_drafts']} | "
+                     f"{row['identical']} |")
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+    print("\n" + "\n".join(lines))
     return 0
 
 

@@ -17,7 +17,7 @@ from vllm_cllm.bench import (
     run,
 )
 from vllm_cllm.bench_report import FIELDS, write_results
-from vllm_cllm.benchmarking import WARMUP_PROMPT, combine_rows, measured_row
+from vllm_cllm.benchmarking import WARMUP_PROMPT
 from vllm_cllm.datasets import mtbench_questions, sharegpt_questions
 from vllm_cllm.engine_pool import turn_order
 
@@ -101,17 +101,61 @@ def test_configurations_cover_every_method_and_model():
     assert BenchPlan(rounds=3).fingerprint() == BenchPlan().fingerprint()  # rounds reuse it
 
 
-def test_parts_of_a_group_combine_into_the_row_of_the_whole():
-    # two batches of one engine: counts add up, rates are recomputed from the sums
-    first = {"dataset": "gsm", **measured_row(1, [[1, 2, 3]], [2], 1.0, drafts=1,
-                                              accepted=1, accepted_by_position=[1])}
-    second = measured_row(1, [[4, 5, 6, 7, 8]], [3], 3.0, drafts=2, accepted=2,
-                          accepted_by_position=[2, 0])
-    row = combine_rows([first, second])
-    assert row["dataset"] == "gsm" and row["tokens"] == [[1, 2, 3], [4, 5, 6, 7, 8]]
-    assert row["tokens_per_s"] == 2.0 and row["num_drafts"] == 3 and row["tpf"] == 2.0
-    assert row["accepted_by_position"] == [3, 0] and row["acceptance_by_position"] == [1.0, 0.0]
-    assert row["tokens_per_verify_step"] == 6 / 3  # (3-1 + 5-1) tokens over (1 + 2) steps
+class _FakeEngine:
+    """Each step gives every unfinished request two tokens, until it has ``length``."""
+
+    def __init__(self, length: int) -> None:
+        self.length, self.requests = length, {}
+
+    def add_request(self, request_id, prompt, params):
+        self.requests[request_id] = 0
+
+    def has_unfinished_requests(self):
+        return any(n < self.length for n in self.requests.values())
+
+    def step(self):
+        from types import SimpleNamespace
+
+        outputs = []
+        for request_id, n in self.requests.items():
+            if n < self.length:
+                self.requests[request_id] = n + 2
+                outputs.append(SimpleNamespace(request_id=request_id, prompt_token_ids=[0],
+                                               outputs=[SimpleNamespace(token_ids=[n, n + 1])]))
+        return outputs
+
+
+class _FakeLLM:
+    def __init__(self, length: int) -> None:
+        self.llm_engine = _FakeEngine(length)
+
+    def generate(self, *args, **kwargs):
+        return []
+
+    def get_metrics(self):
+        return []
+
+
+def test_a_stepped_measurement_times_only_its_own_steps():
+    # the engine pool alternates engines every few steps: the time an engine waits for its
+    # turn must not count, and the row must not depend on how the steps were split
+    import time
+
+    from vllm_cllm.benchmarking import SteppedMeasurement
+
+    whole = SteppedMeasurement(_FakeLLM(6), ["a", "b", "c"], 2, 6, warmup=[])
+    while whole.advance(100):
+        pass
+    stepped = SteppedMeasurement(_FakeLLM(6), ["a", "b", "c"], 2, 6, warmup=[])
+    calls = 0
+    while stepped.advance(1):
+        calls += 1
+        time.sleep(0.02)  # another engine's turn
+    assert calls >= 6  # two batches (2 + 1 prompts) of 3 steps each, one step per call
+    row, whole_row = stepped.row(), whole.row()
+    assert row["tokens"] == whole_row["tokens"] == [[0, 1, 2, 3, 4, 5]] * 3
+    assert row["steps"] == [3, 3, 3] and row["batch_size"] == 2
+    assert row["seconds"] < 0.02  # the waits between turns are not in it
 
 
 def test_turn_order_varies_who_runs_first_and_who_follows_whom():

@@ -1,9 +1,9 @@
 """``vllm-cllm bench``: this project's proposers against vLLM's own, on real data, in one sitting.
 
 Every configuration (model × speculative method) runs in its own engine process over every
-data set and batch size; one model's configurations are loaded side by side and take turns
-batch by batch (vllm_cllm/engine_pool.py), so that this shared machine's drift between
-sittings minutes apart does not enter the ratios. Each row is compared with the same model's
+data set and batch size; one model's configurations are loaded side by side and run the same
+prompts in lock step, a few engine steps each in turn (vllm_cllm/engine_pool.py), so that this
+shared machine's drift does not enter the ratios. Each row is compared with the same model's
 no-speculation row on the same prompts and batch size (speed-up, greedy token identity).
 Per-model results are cached under ``OUT/raw/`` so that an interrupted run resumes there.
 """
@@ -19,8 +19,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from vllm_cllm.benchmarking import WARMUP_PROMPT, Group, against_baseline, combine_rows
-from vllm_cllm.engine_pool import EnginePool, turn_order
+from vllm_cllm.benchmarking import WARMUP_PROMPT, Group, against_baseline
+from vllm_cllm.engine_pool import EnginePool
 
 #: The demo checkpoints the bench compares (``vllm-cllm model-path`` prepares them).
 MODELS = {"base": "smollm2-135m-instruct", "cllm": "smollm2-135m-cllm-gsm",
@@ -65,8 +65,8 @@ class BenchPlan:
     def fingerprint(self) -> str:
         """Names the raw-result cache (rounds live below it); the layout bumps when prompt
         selection or what a row measures changes (3: steps counted, not inferred; 4: one model's
-        configurations side by side)."""
-        key = {**asdict(self), "layout": 4}
+        configurations side by side; 5: in lock step, each timing its own engine steps)."""
+        key = {**asdict(self), "layout": 5}
         key.pop("rounds")
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -177,24 +177,13 @@ def run(plan: BenchPlan, out: Path, model_dirs: dict[str, str],
 def measure_side_by_side(model_dir: str, configs: list[BenchConfig], groups: list[Group],
                          max_tokens: int) -> dict[str, list[dict[str, Any]]]:
     """Every configuration of one model, each in its own engine, all loaded at once
-    (:class:`EnginePool`): each group is cut into batches, and every batch runs on every
-    engine in turn, the order changing from batch to batch. Returns each configuration's
-    rows (one per group) by :attr:`BenchConfig.key`."""
-    names = [c.key for c in configs]
-    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-    turn = 0
+    (:class:`EnginePool`): each group runs on every engine in lock step, a few engine steps
+    at a time. Returns each configuration's rows (one per group) by :attr:`BenchConfig.key`."""
+    rows: dict[str, list[dict[str, Any]]] = {c.key: [] for c in configs}
     with EnginePool({c.key: (model_dir, c.spec) for c in configs}) as pool:
         for group in groups:
-            size = group["batch_size"]
-            parts: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-            for start in range(0, len(group["prompts"]), size):
-                part = {**group, "prompts": group["prompts"][start:start + size],
-                        "warmup": group.get("warmup") if start == 0 else []}
-                for name in turn_order(names, turn):
-                    parts[name].append(pool.measure(name, part, max_tokens))
-                turn += 1
-            for name in names:
-                rows[name].append(combine_rows(parts[name]))
+            for name, row in pool.measure(group, max_tokens).items():
+                rows[name].append(row)
     return rows
 
 

@@ -2,8 +2,8 @@
 
 Each configuration runs in its own process (``python -m vllm_cllm.benchmarking``): engines
 then never share memory or global state, and vLLM's ``ngram`` (which imports numba) cannot
-disturb the engines measured after it. Timings are wall-clock over whole ``generate`` calls
-after a warm-up; compare configurations only within one run on one machine.
+disturb the engines measured after it. Timings add up the engine steps' wall-clock
+times after a warm-up; compare configurations only within one run on one machine.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-from vllm_cllm.runtime import generate_counting_steps, spec_metrics, with_engine
+from vllm_cllm.runtime import StepCounter, spec_metrics, with_engine
 
 #: The default warm-up prompt: none of the measured ones. Proposers that remember earlier
 #: requests (``hybrid``'s history of outputs, vLLM's ``suffix``) would otherwise draft the
@@ -28,28 +28,66 @@ def _measure_batch_size(llm: Any, prompts: list[str], batch_size: int, max_token
                         warmup: list[str] | None = None) -> dict[str, Any]:
     """``warmup`` (default: :data:`WARMUP_PROMPT`, a batch of it; ``[]``: none) runs first,
     unmeasured."""
-    from vllm import SamplingParams
+    batch = SteppedMeasurement(llm, prompts, batch_size, max_tokens, warmup)
+    while batch.advance(1 << 30):
+        pass
+    return batch.row()
 
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
-    warmup = [WARMUP_PROMPT] * batch_size if warmup is None else warmup
-    if warmup:
-        llm.generate(warmup, SamplingParams(temperature=0.0, max_tokens=16), use_tqdm=False)
-    before = spec_metrics(llm)
-    tokens: list[list[int]] = []
-    steps: list[int] = []
-    start = time.perf_counter()
-    for i in range(0, len(prompts), batch_size):
-        counted = generate_counting_steps(llm, prompts[i:i + batch_size], params)
-        tokens += counted.tokens
-        steps += counted.steps
-    elapsed = time.perf_counter() - start
-    after = spec_metrics(llm)
-    per_pos_before = before.get("num_accepted_tokens_per_pos") or []
-    per_pos = [a - (per_pos_before[i] if i < len(per_pos_before) else 0)
-               for i, a in enumerate(after.get("num_accepted_tokens_per_pos") or [])]
-    drafts = (after.get("num_drafts") or 0) - (before.get("num_drafts") or 0)
-    accepted = (after.get("num_accepted_tokens") or 0) - (before.get("num_accepted_tokens") or 0)
-    return measured_row(batch_size, tokens, steps, elapsed, drafts, accepted, per_pos)
+
+class SteppedMeasurement:
+    """Prompts run ``batch_size`` at a time on one engine, a few engine steps per call of
+    :meth:`advance`, timing only its own steps. Between calls the machine may run another
+    engine (:class:`vllm_cllm.engine_pool.EnginePool` alternates engines every few steps),
+    so that engines compared with each other see the same machine, milliseconds apart."""
+
+    def __init__(self, llm: Any, prompts: list[str], batch_size: int, max_tokens: int,
+                 warmup: list[str] | None = None) -> None:
+        from vllm import SamplingParams
+
+        self.llm, self.prompts, self.batch_size = llm, prompts, batch_size
+        self.params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+        warmup = [WARMUP_PROMPT] * batch_size if warmup is None else warmup
+        if warmup:
+            llm.generate(warmup, SamplingParams(temperature=0.0, max_tokens=16), use_tqdm=False)
+        self.before = spec_metrics(llm)
+        self.tokens: list[list[int]] = []
+        self.steps: list[int] = []
+        self.seconds = 0.0
+        self.next_batch = 0
+        self.current: StepCounter | None = None
+
+    def advance(self, max_steps: int) -> bool:
+        """Run up to ``max_steps`` engine steps (starting the next batch when one ends);
+        False once every prompt is done."""
+        for _ in range(max_steps):
+            start = time.perf_counter()
+            if self.current is None:
+                if self.next_batch >= len(self.prompts):
+                    return False
+                chunk = self.prompts[self.next_batch:self.next_batch + self.batch_size]
+                self.next_batch += self.batch_size
+                self.current = StepCounter(self.llm, chunk, self.params)
+            if not self.current.step():
+                counted = self.current.result()
+                self.tokens += counted.tokens
+                self.steps += counted.steps
+                self.current = None
+            self.seconds += time.perf_counter() - start
+        return self.current is not None or self.next_batch < len(self.prompts)
+
+    def row(self) -> dict[str, Any]:
+        """The measured row (:func:`measured_row`) once :meth:`advance` has returned False."""
+        after = spec_metrics(self.llm)
+        per_pos_before = self.before.get("num_accepted_tokens_per_pos") or []
+        per_pos = [a - (per_pos_before[i] if i < len(per_pos_before) else 0)
+                   for i, a in enumerate(after.get("num_accepted_tokens_per_pos") or [])]
+        drafts = (after.get("num_drafts") or 0) - (self.before.get("num_drafts") or 0)
+        accepted = ((after.get("num_accepted_tokens") or 0)
+                    - (self.before.get("num_accepted_tokens") or 0))
+        draft_tokens = ((after.get("num_draft_tokens") or 0)
+                        - (self.before.get("num_draft_tokens") or 0))
+        return {**measured_row(self.batch_size, self.tokens, self.steps, self.seconds, drafts,
+                               accepted, per_pos), "num_draft_tokens": draft_tokens}
 
 
 def measured_row(batch_size: int, tokens: list[list[int]], steps: list[int], seconds: float,
@@ -69,20 +107,6 @@ def measured_row(batch_size: int, tokens: list[list[int]], steps: list[int], sec
         "acceptance_by_position": [p / drafts for p in accepted_by_position] if drafts else [],
         "tokens": tokens,
     }
-
-
-def combine_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """One row from the rows of one engine over consecutive parts of a group of prompts
-    (:class:`vllm_cllm.engine_pool.EnginePool` runs a group part by part); the first row's
-    other fields (tags) are kept."""
-    width = max((len(r["accepted_by_position"]) for r in rows), default=0)
-    per_pos = [sum(r["accepted_by_position"][i] for r in rows
-                   if i < len(r["accepted_by_position"])) for i in range(width)]
-    combined = measured_row(rows[0]["batch_size"], [t for r in rows for t in r["tokens"]],
-                    [s for r in rows for s in r["steps"]], sum(r["seconds"] for r in rows),
-                    sum(r["num_drafts"] for r in rows), sum(r["num_accepted"] for r in rows),
-                    per_pos)
-    return {**rows[0], **combined}
 
 
 def tokens_per_verify_step(tokens: list[list[int]], steps: list[int]) -> float:

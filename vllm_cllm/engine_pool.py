@@ -1,10 +1,13 @@
 """Several engines alive at once, each in its own process, taking turns on the same prompts.
 
 Comparing configurations run minutes apart mixes their difference with this shared machine's
-drift (±5–10 % between sittings). Here every configuration keeps its engine loaded and they
-run one group of prompts after another — the same prompts, in an order that alternates from
-round to round (A B, then B A) — so that each ratio is taken between runs seconds apart.
-Only one engine computes at a time: the others wait on their pipe, with their threads asleep.
+drift (±5–10 % between sittings, and as much between runs seconds apart). Here every
+configuration keeps its engine loaded and all of them run the same batch of prompts in lock
+step: a few engine steps on one engine, then a few on the next, in an order that changes from
+turn to turn, each engine timing only its own steps. Every engine thus sees the machine as it
+was a fraction of a second ago for the others, and the ratio of their tokens/s is the
+configurations' difference, not the machine's. Only one engine computes at a time: the others
+wait on their pipe, with their threads asleep.
 """
 
 from __future__ import annotations
@@ -20,17 +23,33 @@ from vllm_cllm.benchmarking import Group
 KV_CACHE_GIB = "1"
 
 
+#: Engine steps an engine runs before the next one takes over (a batch-1 step takes ~20 ms
+#: here, a batch-16 one ~100 ms: turns of a tenth of a second to half a second).
+STEPS_PER_TURN = 4
+
+
 def _serve(conn: Any, model: str, spec: dict[str, Any] | None) -> None:
-    """Worker: build the engine, then measure each group sent until ``None`` arrives."""
+    """Worker: build the engine, then obey the parent (:class:`EnginePool`) until ``None``:
+    ``start`` a group of prompts, ``advance`` it a few steps, send its ``row``."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)
-    from vllm_cllm.benchmarking import measure_group
+    from vllm_cllm.benchmarking import SteppedMeasurement
     from vllm_cllm.runtime import with_engine
 
     def loop(llm: Any) -> None:
         warm_up(llm)
         conn.send("ready")
-        while (group := conn.recv()) is not None:
-            conn.send(measure_group(llm, group["group"], group["max_tokens"]))
+        batch, tags = None, {}
+        while (command := conn.recv()) is not None:
+            if "start" in command:
+                group = command["start"]
+                tags = group.get("tags", {})
+                batch = SteppedMeasurement(llm, group["prompts"], group["batch_size"],
+                                           command["max_tokens"], group.get("warmup"))
+                conn.send("started")
+            elif "advance" in command:
+                conn.send(batch.advance(command["advance"]))
+            else:
+                conn.send({**tags, **batch.row()})
 
     try:
         with_engine(model, spec, loop)
@@ -83,10 +102,25 @@ class EnginePool:
             raise RuntimeError(f"engine {name!r} failed: {reply}")
         return reply
 
-    def measure(self, name: str, group: Group, max_tokens: int) -> dict[str, Any]:
-        """One group of prompts on engine ``name`` (see :func:`measure_group`)."""
-        self._conns[name].send({"group": group, "max_tokens": max_tokens})
+    def _ask(self, name: str, command: dict[str, Any]) -> Any:
+        self._conns[name].send(command)
         return self._reply(name)
+
+    def measure(self, group: Group, max_tokens: int, names: list[str] | None = None,
+                steps_per_turn: int = STEPS_PER_TURN) -> dict[str, dict[str, Any]]:
+        """One group of prompts on every engine (or on ``names``) in lock step: each takes
+        ``steps_per_turn`` engine steps in turn until all are done. Returns each engine's row
+        (:func:`vllm_cllm.benchmarking.measured_row`, with the group's tags) by name."""
+        names = list(self.configs) if names is None else names
+        for name in names:
+            self._ask(name, {"start": group, "max_tokens": max_tokens})
+        running, turn = list(names), 0
+        while running:
+            for name in turn_order(running, turn):
+                if not self._ask(name, {"advance": steps_per_turn}):
+                    running.remove(name)
+            turn += 1
+        return {name: self._ask(name, {"row": True}) for name in names}
 
     def __exit__(self, *exc: Any) -> None:
         for conn in self._conns.values():

@@ -98,28 +98,49 @@ def generate_counting_steps(llm: Any, prompts: list[str], params: Any) -> Counte
     2.96 counted). Here every engine step that gives a request new tokens is one of its steps:
     the outputs are streamed as deltas through the same engine loop ``LLM.generate`` runs.
     """
-    import uuid
+    stepping = StepCounter(llm, prompts, params)
+    while stepping.step():
+        pass
+    return stepping.result()
 
-    from vllm.sampling_params import RequestOutputKind
 
-    engine = llm.llm_engine
-    params = params.clone()
-    params.output_kind = RequestOutputKind.DELTA
-    ids = [f"measure-{uuid.uuid4().hex}" for _ in prompts]
-    tokens: dict[str, list[int]] = {i: [] for i in ids}
-    steps: dict[str, int] = dict.fromkeys(ids, 0)
-    prompt_tokens: dict[str, list[int]] = {}
-    for request_id, prompt in zip(ids, prompts, strict=True):
-        engine.add_request(request_id, prompt, params)
-    while engine.has_unfinished_requests():
-        for output in engine.step():
+class StepCounter:
+    """:func:`generate_counting_steps` one engine step at a time, so that a caller can time
+    each step or hand the machine to another engine between steps
+    (:mod:`vllm_cllm.engine_pool`)."""
+
+    def __init__(self, llm: Any, prompts: list[str], params: Any) -> None:
+        import uuid
+
+        from vllm.sampling_params import RequestOutputKind
+
+        self.engine = llm.llm_engine
+        params = params.clone()
+        params.output_kind = RequestOutputKind.DELTA
+        self.ids = [f"measure-{uuid.uuid4().hex}" for _ in prompts]
+        self.tokens: dict[str, list[int]] = {i: [] for i in self.ids}
+        self.steps: dict[str, int] = dict.fromkeys(self.ids, 0)
+        self.prompt_tokens: dict[str, list[int]] = {}
+        for request_id, prompt in zip(self.ids, prompts, strict=True):
+            self.engine.add_request(request_id, prompt, params)
+
+    def step(self) -> bool:
+        """One engine step; False once every request has finished (then nothing is run)."""
+        if not self.engine.has_unfinished_requests():
+            return False
+        for output in self.engine.step():
             new = output.outputs[0].token_ids if output.outputs else []
-            if output.request_id in steps and len(new):
-                tokens[output.request_id].extend(new)
-                steps[output.request_id] += 1
-                prompt_tokens.setdefault(output.request_id, list(output.prompt_token_ids or []))
-    return CountedOutputs([tokens[i] for i in ids], [steps[i] for i in ids],
-                          [prompt_tokens.get(i, []) for i in ids])
+            if output.request_id in self.steps and len(new):
+                self.tokens[output.request_id].extend(new)
+                self.steps[output.request_id] += 1
+                self.prompt_tokens.setdefault(output.request_id,
+                                              list(output.prompt_token_ids or []))
+        return True
+
+    def result(self) -> CountedOutputs:
+        return CountedOutputs([self.tokens[i] for i in self.ids],
+                              [self.steps[i] for i in self.ids],
+                              [self.prompt_tokens.get(i, []) for i in self.ids])
 
 
 def drafter_of(llm: Any) -> Any:
