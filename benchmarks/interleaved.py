@@ -15,7 +15,8 @@ Presets (engines: model label and speculative config; baselines are each model's
 ``gsm-b1`` — the bench's batch-1 gsm question (CLLM demo's ``jacobi`` k=15 and adaptive
 against vLLM's ``ngram`` and ``suffix`` on the base model); ``zero-draft`` — the CLLM demo
 with adaptive k against no speculation, where adaptive k drafts little or nothing;
-``cost-model`` — the adaptive rule's default cost model against the earlier fit.
+``cost-model`` (``cost-model-base``) — the adaptive rule's default cost model against the
+earlier fit, on the CLLM demo (the base model).
 """
 
 from __future__ import annotations
@@ -50,6 +51,13 @@ PRESETS: dict[str, dict[str, tuple[str, dict[str, Any] | None]]] = {
                                                            "knee_tokens": 16,
                                                            "floor_tokens": 25}),
         "cllm jacobi adaptive k=15": ("cllm", {**JACOBI, "adaptive": True}),
+    },
+    "cost-model-base": {  # the same on the base model, where the refit drafts at batch 16
+        "base none": ("base", None),
+        "base jacobi adaptive knee=16 floor=25": ("base", {**JACOBI, "adaptive": True,
+                                                           "knee_tokens": 16,
+                                                           "floor_tokens": 25}),
+        "base jacobi adaptive k=15": ("base", {**JACOBI, "adaptive": True}),
     },
     "zero-draft": {
         "cllm none": ("cllm", None),
