@@ -29,7 +29,7 @@ def _measure_batch_size(llm: Any, prompts: list[str], batch_size: int, max_token
     """``warmup`` (default: :data:`WARMUP_PROMPT`, a batch of it; ``[]``: none) runs first,
     unmeasured."""
     batch = SteppedMeasurement(llm, prompts, batch_size, max_tokens, warmup)
-    while batch.advance(1 << 30):
+    while batch.advance(sys.maxsize):
         pass
     return batch.row()
 
@@ -78,16 +78,16 @@ class SteppedMeasurement:
     def row(self) -> dict[str, Any]:
         """The measured row (:func:`measured_row`) once :meth:`advance` has returned False."""
         after = spec_metrics(self.llm)
+
+        def delta(key: str) -> int:
+            return (after.get(key) or 0) - (self.before.get(key) or 0)
+
         per_pos_before = self.before.get("num_accepted_tokens_per_pos") or []
         per_pos = [a - (per_pos_before[i] if i < len(per_pos_before) else 0)
                    for i, a in enumerate(after.get("num_accepted_tokens_per_pos") or [])]
-        drafts = (after.get("num_drafts") or 0) - (self.before.get("num_drafts") or 0)
-        accepted = ((after.get("num_accepted_tokens") or 0)
-                    - (self.before.get("num_accepted_tokens") or 0))
-        draft_tokens = ((after.get("num_draft_tokens") or 0)
-                        - (self.before.get("num_draft_tokens") or 0))
-        return {**measured_row(self.batch_size, self.tokens, self.steps, self.seconds, drafts,
-                               accepted, per_pos), "num_draft_tokens": draft_tokens}
+        return {**measured_row(self.batch_size, self.tokens, self.steps, self.seconds,
+                               delta("num_drafts"), delta("num_accepted_tokens"), per_pos),
+                "num_draft_tokens": delta("num_draft_tokens")}
 
 
 def measured_row(batch_size: int, tokens: list[list[int]], steps: list[int], seconds: float,

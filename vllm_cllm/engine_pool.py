@@ -48,7 +48,7 @@ def _serve(conn: Any, model: str, spec: dict[str, Any] | None) -> None:
                 conn.send("started")
             elif "advance" in command:
                 conn.send(batch.advance(command["advance"]))
-            else:
+            elif "row" in command:
                 conn.send({**tags, **batch.row()})
 
     try:
@@ -106,21 +106,19 @@ class EnginePool:
         self._conns[name].send(command)
         return self._reply(name)
 
-    def measure(self, group: Group, max_tokens: int, names: list[str] | None = None,
-                steps_per_turn: int = STEPS_PER_TURN) -> dict[str, dict[str, Any]]:
-        """One group of prompts on every engine (or on ``names``) in lock step: each takes
-        ``steps_per_turn`` engine steps in turn until all are done. Returns each engine's row
-        (:func:`vllm_cllm.benchmarking.measured_row`, with the group's tags) by name."""
-        names = list(self.configs) if names is None else names
-        for name in names:
+    def measure(self, group: Group, max_tokens: int) -> dict[str, dict[str, Any]]:
+        """One group of prompts on every engine in lock step: each takes
+        :data:`STEPS_PER_TURN` engine steps in turn until all are done. Returns each engine's
+        row (:func:`vllm_cllm.benchmarking.measured_row`, with the group's tags) by name."""
+        for name in self.configs:
             self._ask(name, {"start": group, "max_tokens": max_tokens})
-        running, turn = list(names), 0
+        running, turn = list(self.configs), 0
         while running:
             for name in turn_order(running, turn):
-                if not self._ask(name, {"advance": steps_per_turn}):
+                if not self._ask(name, {"advance": STEPS_PER_TURN}):
                     running.remove(name)
             turn += 1
-        return {name: self._ask(name, {"row": True}) for name in names}
+        return {name: self._ask(name, {"row": True}) for name in self.configs}
 
     def __exit__(self, *exc: Any) -> None:
         for conn in self._conns.values():
