@@ -53,11 +53,24 @@ def test_allocation_is_optimal_for_the_cost_model():
     for floor in (0.0, 9.0, 12.5, 20.0):
         best = max(_ratio(rates, c, knee, floor=floor)
                    for c in itertools.product(range(4), repeat=3))
-        chosen = draft_lengths(rates, rooms, knee, floor_tokens=floor)
+        chosen = draft_lengths(rates, rooms, knee, floor_tokens=floor, margin=0.0)
         assert abs(_ratio(rates, chosen, knee, floor=floor) - best) < 1e-12, floor
     small = [(0.6, 0.5)] * 4  # drafting pays per token, but not the step overhead
-    assert draft_lengths(small, [2] * 4, 4, overhead_per_request=2.0) == [0] * 4
-    assert any(draft_lengths(small, [2] * 4, 4, overhead_per_request=0.0))
+    assert draft_lengths(small, [2] * 4, 4, overhead_per_request=2.0, margin=0.0) == [0] * 4
+    assert any(draft_lengths(small, [2] * 4, 4, overhead_per_request=0.0, margin=0.0))
+
+
+def test_drafting_on_a_thin_margin_is_dropped():
+    # batch 16, knee 24: requests right ~55 % of the time promise a few per cent over plain
+    # decoding; estimates that just cleared the bar are the luckiest, so nothing is drafted
+    thin = [(0.55, 0.3)] * 16
+    assert any(draft_lengths(thin, [8] * 16, 24, margin=0.0))
+    assert draft_lengths(thin, [8] * 16, 24) == [0] * 16
+    gain = lambda lengths: _ratio(thin, lengths, 24) / _ratio(thin, [0] * 16, 24)  # noqa: E731
+    assert 1.0 < gain(draft_lengths(thin, [8] * 16, 24, margin=0.0)) < 1.1
+    # a request whose drafts keep being accepted clears it, and batch 1 keeps its free slots
+    assert all(draft_lengths([(0.95, 0.95)] * 16, [8] * 16, 24))
+    assert draft_lengths([(0.5, 0.5)], [15], 24, floor_tokens=28)[0] >= 2
 
 
 def test_acceptance_rate_follows_outcomes_and_recovers_without_evidence():
