@@ -131,3 +131,15 @@ def test_proposer_shortens_drafts_of_a_large_batch_that_keeps_missing():
     for _ in range(5):
         drafts = _step(single, 1, [len(_step(single, 1, [0])[0])])
     assert len(drafts[0]) == 8  # everything it drafted was accepted: full k
+
+
+def test_a_batch_that_drafts_nothing_makes_no_drafts():
+    # at batch 16 the prior is not worth a draft: the proposer must not build 16 drafts of k
+    # tokens only to throw them away (it cost ~5 % of a batch-16 step on this CPU)
+    proposer = _proposer(k=8)
+    made = []
+    original = proposer._draft
+    proposer._draft = lambda *a, **kw: made.append(a[0]) or original(*a, **kw)
+    assert all(len(d) == 0 for d in _step(proposer, 16, [0] * 16))
+    assert made == []
+    assert len(_step(proposer, 1, [0])[0]) > 0 and made == [0]  # one request: drafted

@@ -183,21 +183,25 @@ class JacobiProposer(SelfDraftingProposer):
         if predictions is not None and (self.options.fill == "hybrid" or self.options.adaptive):
             states = [self._request(predictions.req_ids[i], sampled) if rooms[i] else None
                       for i, sampled in enumerate(sampled_token_ids)]
+        sizing = self.options.adaptive and predictions is not None
+        rates = [s.rate.position_values() if s else (0.0, 0.0) for s in states]
+        if sizing:  # who would draft if every draft were k long: nobody else makes one
+            rooms = [room if n else 0 for room, n in zip(rooms, self._lengths(rates, rooms),
+                                                         strict=True)]
         drafts = [self._draft(i, sampled, room, state, predictions, num_tokens_no_spec,
                               token_ids_cpu) if room else _EMPTY
                   for i, (sampled, room, state) in enumerate(zip(sampled_token_ids, rooms, states,
                                                                  strict=True))]
-        if self.options.adaptive and predictions is not None:
-            # sized after drafting: a draft may be shorter than the room (a probe, a short
-            # lookup), and the rule must not count positions that will not be verified
-            lengths = draft_lengths([s.rate.position_values() if s else (0.0, 0.0)
-                                     for s in states], [len(d) for d in drafts],
-                                    self.options.knee_tokens, self.options.floor_tokens)
-            drafts = [draft[:n] for draft, n in zip(drafts, lengths, strict=True)]
+        if sizing:  # sized again as drafted: a probe or a short lookup is not k positions
+            drafts = [draft[:n] for draft, n in zip(
+                drafts, self._lengths(rates, [len(d) for d in drafts]), strict=True)]
         for state, draft in zip(states, drafts, strict=True):
             if state is not None:
                 state.rate.last_drafted = len(draft)
         return [draft.tolist() for draft in drafts]
+
+    def _lengths(self, rates: list[tuple[float, float]], rooms: list[int]) -> list[int]:
+        return draft_lengths(rates, rooms, self.options.knee_tokens, self.options.floor_tokens)
 
     def _draft(self, i: int, sampled: list[int], room: int, state: JacobiRequest | None,
                predictions: VerifyPredictions | None, num_tokens_no_spec: np.ndarray,
