@@ -50,6 +50,8 @@ def _serve(conn: Any, model: str, spec: dict[str, Any] | None) -> None:
                 conn.send(batch.advance(command["advance"]))
             elif "row" in command:
                 conn.send({**tags, **batch.row()})
+            else:  # reported to the parent below, rather than leaving it waiting for a reply
+                raise ValueError(f"engine pool: unknown command {command!r}")
 
     try:
         with_engine(model, spec, loop)

@@ -184,8 +184,8 @@ class JacobiProposer(SelfDraftingProposer):
             states = [self._request(predictions.req_ids[i], sampled) if rooms[i] else None
                       for i, sampled in enumerate(sampled_token_ids)]
         sizing = self.options.adaptive and predictions is not None
-        rates = [s.rate.position_values() if s else (0.0, 0.0) for s in states]
         if sizing:  # who would draft if every draft were k long: nobody else makes one
+            rates = [s.rate.position_values() if s else (0.0, 0.0) for s in states]
             rooms = [room if n else 0 for room, n in zip(rooms, self._lengths(rates, rooms),
                                                          strict=True)]
         drafts = [self._draft(i, sampled, room, state, predictions, num_tokens_no_spec,
