@@ -13,7 +13,8 @@ rounds of its tokens/s divided by its baseline's tokens/s in the same round.
 
 Presets (engines: model label and speculative config; baselines are each model's ``none``):
 ``gsm-b1`` — the bench's batch-1 gsm question (CLLM demo's ``jacobi`` k=15 and adaptive
-against vLLM's ``ngram`` and ``suffix`` on the base model); ``zero-draft`` — the CLLM demo
+against vLLM's ``ngram`` and ``suffix`` on the base model); ``same-model-b1`` — the same
+question with ``suffix`` on the CLLM demo itself; ``zero-draft`` — the CLLM demo
 with adaptive k against no speculation, where adaptive k drafts little or nothing;
 ``cost-model`` (``cost-model-base``) — the adaptive rule's default cost model against the
 earlier fit, on the CLLM demo (the base model).
@@ -43,6 +44,11 @@ PRESETS: dict[str, dict[str, tuple[str, dict[str, Any] | None]]] = {
         "base suffix": ("base", {"method": "suffix", "num_speculative_tokens": 16}),
         "cllm none": ("cllm", None),
         "cllm jacobi k=15": ("cllm", JACOBI),
+        "cllm jacobi adaptive k=15": ("cllm", {**JACOBI, "adaptive": True}),
+    },
+    "same-model-b1": {  # the CLLM's jacobi against vLLM's proposers on the CLLM itself
+        "cllm none": ("cllm", None),
+        "cllm suffix": ("cllm", {"method": "suffix", "num_speculative_tokens": 16}),
         "cllm jacobi adaptive k=15": ("cllm", {**JACOBI, "adaptive": True}),
     },
     "cost-model": {  # the adaptive rule's defaults (fit of 2026-11-25) against the earlier fit

@@ -9,6 +9,13 @@ The sources are recorded in-process around ``HybridState.first_in_order`` and sc
 the request's final output, so "first token right" and "mean run" say what each source would
 have given had it been drafted that step (the model's later tails depend on what was drafted:
 a first-order estimate). "best source" is that estimate with the best source every step.
+
+The replay (first order too) asks what limits batch 1 on this CPU. Each step's draft as made is
+sized four ways — in full, by the adaptive rule (its acceptance estimate replayed on the
+outcomes), to exactly the tokens that will be accepted (an oracle), and replaced by what vLLM's
+``suffix`` would have drafted from the same tokens (``arctic-inference``'s cache, fed the same
+requests in the same order) — and scored as tokens per step and tokens per step cost under the
+adaptive rule's cost model (``--knee``/``--floor``), relative to plain decoding.
 """
 
 from __future__ import annotations
@@ -21,14 +28,43 @@ from typing import Any
 import numpy as np
 
 from vllm_cllm import jacobi
-from vllm_cllm.bench import BenchPlan, groups, prompt_sets
+from vllm_cllm.adaptive import SPEC_STEP_OVERHEAD_PER_REQUEST, AcceptanceRate, draft_lengths
+from vllm_cllm.bench import BenchPlan, groups, prompt_sets, suffix_available
 from vllm_cllm.models import model_path
 from vllm_cllm.runtime import create_llm, generate_counting_steps
 
 Step = dict[str, Any]
 
 
-def record_sources(steps: list[Step]) -> None:
+class SuffixShadow:
+    """What vLLM's ``suffix`` would draft from the same committed tokens: arctic-inference's
+    cache driven as vLLM 0.32's proposer drives it (its default tree depth, spec factor and
+    minimum token probability), one request at a time."""
+
+    def __init__(self, k: int = 16, depth: int = 24) -> None:
+        from arctic_inference.suffix_decoding import SuffixDecodingCache
+
+        self.cache, self.k, self.depth = SuffixDecodingCache(depth, 10000), k, depth
+        self.request, self.seen = 0, 0
+
+    def next_request(self) -> None:
+        if self.seen:
+            self.cache.stop_request(str(self.request))
+        self.request, self.seen = self.request + 1, 0
+
+    def draft(self, context: np.ndarray) -> np.ndarray:
+        rid = str(self.request)
+        if not self.seen:  # first decode step: the prompt, then its first token
+            self.cache.start_request(rid, context[:-1])
+            self.seen = len(context) - 1
+        self.cache.add_active_response(rid, context[self.seen:].tolist())
+        self.seen = len(context)
+        out = self.cache.speculate(rid, context[-self.depth:], max_spec_tokens=self.k,
+                                   max_spec_factor=1.0, min_token_prob=0.1)
+        return np.asarray(out.token_ids, dtype=np.int64)
+
+
+def record_sources(steps: list[Step], shadow: SuffixShadow | None = None) -> None:
     """Record each step's candidates and the drafted one (``context`` length to align them)."""
     original = jacobi.HybridState.draft
 
@@ -36,7 +72,8 @@ def record_sources(steps: list[Step]) -> None:
               context: np.ndarray, *args: Any, **kwargs: Any) -> np.ndarray:
         out = original(self, model, ngram, context, *args, **kwargs)
         steps.append({"at": len(context), "drafted": out,
-                      "candidates": {k: v for k, v in self.proposed.items() if len(v)}})
+                      "candidates": {k: v for k, v in self.proposed.items() if len(v)},
+                      "suffix": shadow.draft(context) if shadow else None})
         return out
 
     jacobi.HybridState.draft = draft
@@ -69,6 +106,43 @@ def summarise(runs: list[tuple[list[int], list[Step]]]) -> dict[str, Any]:
                                "drafted": chosen[name] / steps} for name in present}}
 
 
+def replay(runs: list[tuple[list[int], list[Step]]], knee: float, floor: float
+           ) -> dict[str, dict[str, float]]:
+    """Tokens per step and tokens per step cost (plain decoding = 1) of each sizing (see the
+    module docstring), first order: later drafts as recorded whatever was verified."""
+    def cost(drafted: int) -> float:
+        return max(floor, knee + 1 + drafted + (SPEC_STEP_OVERHEAD_PER_REQUEST if drafted else 0))
+
+    def sized(step: Step, rate: AcceptanceRate, truth: list[int]) -> dict[str, np.ndarray]:
+        made = step["drafted"]
+        n = draft_lengths([rate.position_values()], [len(made)], knee, floor)[0]
+        out = {"as made, in full": made, "adaptive rule": made[:n],
+               "oracle length": made[:jacobi.matched_prefix(made, truth)]}
+        if step["suffix"] is not None:
+            out["suffix's draft instead"] = step["suffix"]
+        return out
+
+    totals: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    for tokens, records in runs:
+        rate = AcceptanceRate()
+        for step in records:
+            truth = tokens[step["at"]:]
+            if not truth:
+                continue
+            for name, draft in sized(step, rate, truth).items():
+                accepted = jacobi.matched_prefix(draft, truth)
+                total = totals[name]
+                total[0] += 1 + accepted
+                total[1] += cost(len(draft)) / cost(0)
+                total[2] += 1
+                total[3] += len(draft)
+                if name == "adaptive rule":
+                    rate.last_drafted = len(draft)
+                    rate.observe(accepted)
+    return {name: {"tokens_per_step": t / n, "speedup_by_cost_model": t / c,
+                   "drafted_per_step": d / n} for name, (t, c, n, d) in totals.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m-cllm-gsm")
@@ -76,29 +150,37 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--k", type=int, default=15)
     parser.add_argument("--out", default=None, help="write the summary as JSON here")
+    parser.add_argument("--offset", type=int, default=0,
+                        help="skip this many of the data set's prompts (fresh problems)")
+    parser.add_argument("--knee", type=float, default=24, help="replay cost model: knee tokens")
+    parser.add_argument("--floor", type=float, default=28, help="replay cost model: floor")
     args = parser.parse_args()
     from vllm import SamplingParams
 
     steps: list[Step] = []
-    record_sources(steps)
+    shadow = SuffixShadow() if suffix_available() is None else None
+    record_sources(steps, shadow)
     llm = create_llm(str(model_path(args.model)),
                      {"method": "jacobi", "num_speculative_tokens": args.k})
     plan = BenchPlan(datasets=tuple(args.datasets), batch_sizes=(1,),
-                     prompts_per_batch={1: args.prompts}, max_tokens=128)
+                     prompts_per_batch={1: args.offset + args.prompts}, max_tokens=128)
     greedy = SamplingParams(temperature=0.0, max_tokens=128)
     summary = {}
     for group in groups(plan, prompt_sets(plan, llm.get_tokenizer())):
         llm.generate(group["warmup"], SamplingParams(temperature=0.0, max_tokens=16),
                      use_tqdm=False)
         runs, generated, engine_steps = [], 0, 0
-        for prompt in group["prompts"]:
+        for prompt in group["prompts"][args.offset:]:
             steps.clear()
+            if shadow:
+                shadow.next_request()
             out = generate_counting_steps(llm, [prompt], greedy)
             generated += len(out.tokens[0])
             engine_steps += out.steps[0]
             runs.append((out.prompt_tokens[0] + out.tokens[0], list(steps)))
         name = group["tags"]["dataset"]
-        summary[name] = {"tokens_per_step": generated / engine_steps, **summarise(runs)}
+        summary[name] = {"tokens_per_step": generated / engine_steps, **summarise(runs),
+                         "replay": replay(runs, args.knee, args.floor)}
         result = summary[name]
         print(f"\n{name}: tokens/step {result['tokens_per_step']:.2f}, best source every step "
               f"{result['best_source_tokens_per_step']:.2f} (first order)")
@@ -107,6 +189,12 @@ def main() -> int:
         for source, s in result["sources"].items():
             print(f"| {source} | {s['present']:.2f} | {s['first_token_right']:.2f} | "
                   f"{s['mean_run']:.2f} | {s['drafted']:.2f} |")
+        print(f"\nreplay (first order; cost model knee {args.knee:g}, floor {args.floor:g})")
+        print("| draft | tokens per step | drafted per step | speed-up by the cost model |")
+        print("|---|---|---|---|")
+        for sizing, r in result["replay"].items():
+            print(f"| {sizing} | {r['tokens_per_step']:.2f} | {r['drafted_per_step']:.2f} | "
+                  f"{r['speedup_by_cost_model']:.2f} |")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(summary, f, indent=1)

@@ -97,6 +97,10 @@ def test_configurations_cover_every_method_and_model():
     assert {c.spec["method"] for c in configs if c.spec} == {"ngram", "suffix", "jacobi",
                                                              "space"}
     assert not any(c.method == "suffix" for c in configurations(15, with_suffix=False))
+    rivals = {(c.model, c.method) for c in configs if c.spec and c.spec["method"] != "jacobi"}
+    assert {("cllm", "ngram k=8"), ("cllm", "suffix")} <= rivals  # same-model comparison
+    assert not any(c.model == "cllm" and c.method in ("ngram k=8", "suffix")
+                   for c in configurations(15, quick=True))  # --quick stays a few minutes
     assert BenchPlan.quick().fingerprint() != BenchPlan().fingerprint()
     assert BenchPlan(rounds=3).fingerprint() == BenchPlan().fingerprint()  # rounds reuse it
 

@@ -80,17 +80,26 @@ def suffix_available() -> str | None:
     return None
 
 
-def configurations(k: int, with_suffix: bool = True) -> list[BenchConfig]:
-    """No speculation per model first (the baselines), then every proposer."""
+def configurations(k: int, with_suffix: bool = True, quick: bool = False) -> list[BenchConfig]:
+    """No speculation per model first (the baselines), then every proposer.
+
+    vLLM's ``ngram`` and ``suffix`` run on the base model and, outside ``quick``, on the CLLM
+    demo too: a user holding a CLLM checkpoint chooses between them and ``jacobi`` on that
+    checkpoint, whose outputs (and so what a lookup finds) differ from the base model's.
+    """
     jacobi = {"method": "jacobi", "num_speculative_tokens": k}
+    ngram = {"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_min": 2,
+             "prompt_lookup_max": 4}
+    suffix = {"method": "suffix", "num_speculative_tokens": 16}
     configs = [
         BenchConfig("base", "none"),
-        BenchConfig("base", "ngram k=8", {"method": "ngram", "num_speculative_tokens": 8,
-                                          "prompt_lookup_min": 2, "prompt_lookup_max": 4}),
-        BenchConfig("base", "suffix", {"method": "suffix", "num_speculative_tokens": 16}),
+        BenchConfig("base", "ngram k=8", ngram),
+        BenchConfig("base", "suffix", suffix),
         BenchConfig("base", f"jacobi k={k}", jacobi),
         BenchConfig("base", f"jacobi adaptive k={k}", {**jacobi, "adaptive": True}),
         BenchConfig("cllm", "none"),
+        *([] if quick else [BenchConfig("cllm", "ngram k=8", ngram),
+                            BenchConfig("cllm", "suffix", suffix)]),
         BenchConfig("cllm", f"jacobi k={k}", jacobi),
         BenchConfig("cllm", f"jacobi adaptive k={k}", {**jacobi, "adaptive": True}),
         BenchConfig("space", "none"),

@@ -40,7 +40,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     no_suffix = suffix_available()
     if no_suffix:
         print(f"vllm-cllm bench: no `suffix` rows: {no_suffix}", file=sys.stderr)
-    configs = configurations(plan.k, with_suffix=no_suffix is None)
+    configs = configurations(plan.k, with_suffix=no_suffix is None, quick=args.quick)
     if args.only:
         configs = [c for c in configs if c.model in args.only]
     if args.methods:
