@@ -30,7 +30,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from vllm_cllm.bench import MODELS, BenchPlan, prompt_sets
+from vllm_cllm.bench import MODELS, NGRAM_SPEC, SUFFIX_SPEC, BenchPlan, prompt_sets
 from vllm_cllm.benchmarking import WARMUP_PROMPT
 from vllm_cllm.engine_pool import EnginePool
 from vllm_cllm.models import model_path
@@ -39,16 +39,15 @@ JACOBI = {"method": "jacobi", "num_speculative_tokens": 15}
 PRESETS: dict[str, dict[str, tuple[str, dict[str, Any] | None]]] = {
     "gsm-b1": {
         "base none": ("base", None),
-        "base ngram k=8": ("base", {"method": "ngram", "num_speculative_tokens": 8,
-                                    "prompt_lookup_min": 2, "prompt_lookup_max": 4}),
-        "base suffix": ("base", {"method": "suffix", "num_speculative_tokens": 16}),
+        "base ngram k=8": ("base", NGRAM_SPEC),
+        "base suffix": ("base", SUFFIX_SPEC),
         "cllm none": ("cllm", None),
         "cllm jacobi k=15": ("cllm", JACOBI),
         "cllm jacobi adaptive k=15": ("cllm", {**JACOBI, "adaptive": True}),
     },
     "same-model-b1": {  # the CLLM's jacobi against vLLM's proposers on the CLLM itself
         "cllm none": ("cllm", None),
-        "cllm suffix": ("cllm", {"method": "suffix", "num_speculative_tokens": 16}),
+        "cllm suffix": ("cllm", SUFFIX_SPEC),
         "cllm jacobi adaptive k=15": ("cllm", {**JACOBI, "adaptive": True}),
     },
     "cost-model": {  # the adaptive rule's defaults (fit of 2026-11-25) against the earlier fit

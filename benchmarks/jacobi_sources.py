@@ -28,8 +28,13 @@ from typing import Any
 import numpy as np
 
 from vllm_cllm import jacobi
-from vllm_cllm.adaptive import SPEC_STEP_OVERHEAD_PER_REQUEST, AcceptanceRate, draft_lengths
-from vllm_cllm.bench import BenchPlan, groups, prompt_sets, suffix_available
+from vllm_cllm.adaptive import (
+    SPEC_STEP_OVERHEAD_PER_REQUEST,
+    AcceptanceRate,
+    draft_lengths,
+    step_cost,
+)
+from vllm_cllm.bench import SUFFIX_SPEC, BenchPlan, groups, prompt_sets, suffix_available
 from vllm_cllm.models import model_path
 from vllm_cllm.runtime import create_llm, generate_counting_steps
 
@@ -38,13 +43,22 @@ Step = dict[str, Any]
 
 class SuffixShadow:
     """What vLLM's ``suffix`` would draft from the same committed tokens: arctic-inference's
-    cache driven as vLLM 0.32's proposer drives it (its default tree depth, spec factor and
-    minimum token probability), one request at a time."""
+    cache driven as vLLM 0.32's proposer drives it, with ``SpeculativeConfig``'s defaults and
+    the bench's k, one request at a time."""
 
-    def __init__(self, k: int = 16, depth: int = 24) -> None:
+    def __init__(self) -> None:
         from arctic_inference.suffix_decoding import SuffixDecodingCache
+        from vllm.config import SpeculativeConfig
 
-        self.cache, self.k, self.depth = SuffixDecodingCache(depth, 10000), k, depth
+        defaults = {name: f.default for name, f in SpeculativeConfig.__dataclass_fields__.items()
+                    if name.startswith("suffix_decoding_")}
+        self.depth = defaults["suffix_decoding_max_tree_depth"]
+        self.speculate_options = {
+            "max_spec_tokens": SUFFIX_SPEC["num_speculative_tokens"],
+            "max_spec_factor": defaults["suffix_decoding_max_spec_factor"],
+            "min_token_prob": defaults["suffix_decoding_min_token_prob"]}
+        self.cache = SuffixDecodingCache(self.depth,
+                                         defaults["suffix_decoding_max_cached_requests"])
         self.request, self.seen = 0, 0
 
     def next_request(self) -> None:
@@ -59,8 +73,7 @@ class SuffixShadow:
             self.seen = len(context) - 1
         self.cache.add_active_response(rid, context[self.seen:].tolist())
         self.seen = len(context)
-        out = self.cache.speculate(rid, context[-self.depth:], max_spec_tokens=self.k,
-                                   max_spec_factor=1.0, min_token_prob=0.1)
+        out = self.cache.speculate(rid, context[-self.depth:], **self.speculate_options)
         return np.asarray(out.token_ids, dtype=np.int64)
 
 
@@ -110,8 +123,9 @@ def replay(runs: list[tuple[list[int], list[Step]]], knee: float, floor: float
            ) -> dict[str, dict[str, float]]:
     """Tokens per step and tokens per step cost (plain decoding = 1) of each sizing (see the
     module docstring), first order: later drafts as recorded whatever was verified."""
-    def cost(drafted: int) -> float:
-        return max(floor, knee + 1 + drafted + (SPEC_STEP_OVERHEAD_PER_REQUEST if drafted else 0))
+    def cost(drafted: int) -> float:  # relative to a plain step
+        overhead = SPEC_STEP_OVERHEAD_PER_REQUEST if drafted else 0.0
+        return step_cost(1 + drafted + overhead, knee, floor) / step_cost(1, knee, floor)
 
     def sized(step: Step, rate: AcceptanceRate, truth: list[int]) -> dict[str, np.ndarray]:
         made = step["drafted"]
@@ -122,7 +136,7 @@ def replay(runs: list[tuple[list[int], list[Step]]], knee: float, floor: float
             out["suffix's draft instead"] = step["suffix"]
         return out
 
-    totals: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    totals: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for tokens, records in runs:
         rate = AcceptanceRate()
         for step in records:
@@ -131,16 +145,14 @@ def replay(runs: list[tuple[list[int], list[Step]]], knee: float, floor: float
                 continue
             for name, draft in sized(step, rate, truth).items():
                 accepted = jacobi.matched_prefix(draft, truth)
-                total = totals[name]
-                total[0] += 1 + accepted
-                total[1] += cost(len(draft)) / cost(0)
-                total[2] += 1
-                total[3] += len(draft)
+                totals[name].update(tokens=1 + accepted, cost=cost(len(draft)), steps=1,
+                                    drafted=len(draft))
                 if name == "adaptive rule":
                     rate.last_drafted = len(draft)
                     rate.observe(accepted)
-    return {name: {"tokens_per_step": t / n, "speedup_by_cost_model": t / c,
-                   "drafted_per_step": d / n} for name, (t, c, n, d) in totals.items()}
+    return {name: {"tokens_per_step": t["tokens"] / t["steps"],
+                   "speedup_by_cost_model": t["tokens"] / t["cost"],
+                   "drafted_per_step": t["drafted"] / t["steps"]} for name, t in totals.items()}
 
 
 def main() -> int:

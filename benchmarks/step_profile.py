@@ -21,13 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vllm_cllm.bench import SUFFIX_SPEC
+
 FORWARD = "forward (execute_model)"
 #: Printed in this order; the indented ones are parts of the one above them.
 LABELS = (FORWARD, "sampling and verification (sample_tokens)", "  of which jacobi's capture",
           "proposer (propose_draft_token_ids)", "  of which jacobi's propose")
 SPECS: dict[str, dict[str, Any] | None] = {
     "none": None,
-    "suffix": {"method": "suffix", "num_speculative_tokens": 16},
+    "suffix": SUFFIX_SPEC,
     "jacobi": {"method": "jacobi", "num_speculative_tokens": 15},
     "jacobi adaptive": {"method": "jacobi", "num_speculative_tokens": 15, "adaptive": True},
 }
@@ -62,10 +64,10 @@ class Timers:
             finally:
                 seconds = time.perf_counter() - start
                 self.seconds[FORWARD] += seconds
-                drafts = scheduler_output.scheduled_spec_decode_tokens or {}
-                if scheduler_output.total_num_scheduled_tokens <= 1 + sum(
-                        len(d) for d in drafts.values()):  # a decode step, not a prefill
-                    self.forward_by_drafts[sum(len(d) for d in drafts.values())].append(seconds)
+                drafts = sum(len(d) for d in
+                             (scheduler_output.scheduled_spec_decode_tokens or {}).values())
+                if scheduler_output.total_num_scheduled_tokens <= 1 + drafts:  # not a prefill
+                    self.forward_by_drafts[drafts].append(seconds)
 
         runner_class.execute_model = execute_model
 

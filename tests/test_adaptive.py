@@ -8,7 +8,12 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from vllm_cllm.adaptive import SPEC_STEP_OVERHEAD_PER_REQUEST, AcceptanceRate, draft_lengths
+from vllm_cllm.adaptive import (
+    SPEC_STEP_OVERHEAD_PER_REQUEST,
+    AcceptanceRate,
+    draft_lengths,
+    step_cost,
+)
 from vllm_cllm.jacobi import JacobiProposer
 
 
@@ -143,3 +148,8 @@ def test_a_batch_that_drafts_nothing_makes_no_drafts():
     assert all(len(d) == 0 for d in _step(proposer, 16, [0] * 16))
     assert made == []
     assert len(_step(proposer, 1, [0])[0]) > 0 and made == [0]  # one request: drafted
+
+
+def test_step_cost_is_flat_below_the_floor_and_linear_above():
+    assert step_cost(1, 24, 28) == step_cost(4, 24, 28) == 28  # extra query tokens come free
+    assert step_cost(16, 24, 28) - step_cost(15, 24, 28) == 1  # then each costs one unit

@@ -83,6 +83,12 @@ class AcceptanceRate:
         return self.first, self.cont
 
 
+def step_cost(query_tokens: float, knee_tokens: float, floor_tokens: float = 0.0) -> float:
+    """What a verify step over ``query_tokens`` costs, in one-query-token units (the module's
+    cost model)."""
+    return max(floor_tokens, knee_tokens + query_tokens)
+
+
 def draft_lengths(rates: list[tuple[float, float]], rooms: list[int], knee_tokens: float,
                   floor_tokens: float = 0.0,
                   overhead_per_request: float = SPEC_STEP_OVERHEAD_PER_REQUEST,
@@ -104,7 +110,7 @@ def draft_lengths(rates: list[tuple[float, float]], rooms: list[int], knee_token
         return lengths
 
     def cost(tokens: float) -> float:
-        return max(floor_tokens, knee_tokens + tokens)
+        return step_cost(tokens, knee_tokens, floor_tokens)
 
     plain = batch / cost(batch)
     gain, tokens = float(batch), batch * (1 + overhead_per_request)
