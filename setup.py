@@ -22,8 +22,11 @@ setup(
         "train": ["accelerate", "peft", "reasoning-gym"],
         # Ray clusters (vLLM's Ray executor; CPU nodes need VLLM_CLLM_RAY_ON_CPU=1, see README).
         "ray": ["ray"],
-        # vLLM's own `suffix` proposer, compared by `vllm-cllm bench` (C++ suffix tree, builds
-        # from source on CPU in about 3 minutes; its vLLM plugin stays off unless enabled).
+        # arctic-inference's suffix trees: `jacobi`'s lookup of earlier text (`lookup:
+        # suffix`, the default where installed) and vLLM's own `suffix` proposer, which
+        # `vllm-cllm bench` compares (C++; builds from source on CPU in about 3 minutes; its
+        # vLLM plugin stays off unless enabled).
+        "suffix": ["arctic-inference==0.3.0"],
         "bench": ["arctic-inference==0.3.0"],
         "dev": [
             "pytest>=8",

@@ -129,7 +129,7 @@ def replay(runs: list[tuple[list[int], list[Step]]], knee: float, floor: float
 
     def sized(step: Step, rate: AcceptanceRate, truth: list[int]) -> dict[str, np.ndarray]:
         made = step["drafted"]
-        n = draft_lengths([rate.position_values()], [len(made)], knee, floor)[0]
+        n = draft_lengths([rate.values(len(made))], [len(made)], knee, floor)[0]
         out = {"as made, in full": made, "adaptive rule": made[:n],
                "oracle length": made[:jacobi.matched_prefix(made, truth)]}
         if step["suffix"] is not None:

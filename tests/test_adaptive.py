@@ -12,9 +12,16 @@ from vllm_cllm.adaptive import (
     SPEC_STEP_OVERHEAD_PER_REQUEST,
     AcceptanceRate,
     draft_lengths,
+    geometric_values,
     step_cost,
 )
 from vllm_cllm.jacobi import JacobiProposer
+
+
+def sized(rates, rooms, *args, **kwargs):
+    """:func:`draft_lengths` for requests whose positions yield ``first * cont**(j-1)``."""
+    return draft_lengths([geometric_values(f, c, room) for (f, c), room in
+                          zip(rates, rooms, strict=True)], rooms, *args, **kwargs)
 
 
 def _ratio(rates, lengths, knee, overhead=SPEC_STEP_OVERHEAD_PER_REQUEST, floor=0.0):
@@ -25,14 +32,14 @@ def _ratio(rates, lengths, knee, overhead=SPEC_STEP_OVERHEAD_PER_REQUEST, floor=
 
 
 def test_batch_one_drafts_long_when_acceptance_is_decent():
-    assert draft_lengths([(0.97, 0.97)], [15], knee_tokens=16) == [15]
-    assert 5 <= draft_lengths([(0.8, 0.8)], [15], knee_tokens=16)[0] < 15
-    assert draft_lengths([(0.3, 0.3)], [15], knee_tokens=16)[0] in (1, 2)
+    assert sized([(0.97, 0.97)], [15], knee_tokens=16) == [15]
+    assert 5 <= sized([(0.8, 0.8)], [15], knee_tokens=16)[0] < 15
+    assert sized([(0.3, 0.3)], [15], knee_tokens=16)[0] in (1, 2)
 
 
 def test_large_batch_drafts_only_what_is_likely_accepted():
-    assert draft_lengths([(0.5, 0.5)] * 16, [8] * 16, knee_tokens=16) == [0] * 16  # the prior
-    lengths = draft_lengths([(0.3, 0.9)] * 8 + [(0.95, 0.95)] * 8, [8] * 16, knee_tokens=16)
+    assert sized([(0.5, 0.5)] * 16, [8] * 16, knee_tokens=16) == [0] * 16  # the prior
+    lengths = sized([(0.3, 0.9)] * 8 + [(0.95, 0.95)] * 8, [8] * 16, knee_tokens=16)
     assert lengths[:8] == [0] * 8  # a first token right 30 % of the time is not worth it
     assert all(n > 0 for n in lengths[8:])
 
@@ -41,16 +48,16 @@ def test_tokens_below_the_floor_are_drafted_at_batch_one():
     # with knee 16 and floor 25 (the CPU's fit before 2026-11-25) a one-request step verifies
     # ~7 draft tokens for the price of one: a draft right 30 % of the time is still worth
     # those free slots, not more
-    assert draft_lengths([(0.3, 0.3)], [15], knee_tokens=16, floor_tokens=25) == [7]
-    assert draft_lengths([(0.97, 0.97)], [15], knee_tokens=16, floor_tokens=25) == [15]
+    assert sized([(0.3, 0.3)], [15], knee_tokens=16, floor_tokens=25) == [7]
+    assert sized([(0.97, 0.97)], [15], knee_tokens=16, floor_tokens=25) == [15]
     # at batch 16 the step is already past the floor: the floor changes nothing
     rates = [(0.3, 0.9)] * 8 + [(0.95, 0.95)] * 8
-    assert draft_lengths(rates, [8] * 16, 16, floor_tokens=25) == draft_lengths(rates, [8] * 16,
+    assert sized(rates, [8] * 16, 16, floor_tokens=25) == sized(rates, [8] * 16,
                                                                                 16)
 
 
 def test_requests_without_room_get_nothing_but_count_in_the_batch():
-    assert draft_lengths([(0.9, 0.9), (0.9, 0.9)], [0, 4], knee_tokens=16) == [0, 4]
+    assert sized([(0.9, 0.9), (0.9, 0.9)], [0, 4], knee_tokens=16) == [0, 4]
 
 
 def test_allocation_is_optimal_for_the_cost_model():
@@ -58,24 +65,24 @@ def test_allocation_is_optimal_for_the_cost_model():
     for floor in (0.0, 9.0, 12.5, 20.0):
         best = max(_ratio(rates, c, knee, floor=floor)
                    for c in itertools.product(range(4), repeat=3))
-        chosen = draft_lengths(rates, rooms, knee, floor_tokens=floor, margin=0.0)
+        chosen = sized(rates, rooms, knee, floor_tokens=floor, margin=0.0)
         assert abs(_ratio(rates, chosen, knee, floor=floor) - best) < 1e-12, floor
     small = [(0.6, 0.5)] * 4  # drafting pays per token, but not the step overhead
-    assert draft_lengths(small, [2] * 4, 4, overhead_per_request=2.0, margin=0.0) == [0] * 4
-    assert any(draft_lengths(small, [2] * 4, 4, overhead_per_request=0.0, margin=0.0))
+    assert sized(small, [2] * 4, 4, overhead_per_request=2.0, margin=0.0) == [0] * 4
+    assert any(sized(small, [2] * 4, 4, overhead_per_request=0.0, margin=0.0))
 
 
 def test_drafting_on_a_thin_margin_is_dropped():
     # batch 16, knee 24: requests right ~55 % of the time promise a few per cent over plain
     # decoding; estimates that just cleared the bar are the luckiest, so nothing is drafted
     thin = [(0.55, 0.3)] * 16
-    assert any(draft_lengths(thin, [8] * 16, 24, margin=0.0))
-    assert draft_lengths(thin, [8] * 16, 24) == [0] * 16
+    assert any(sized(thin, [8] * 16, 24, margin=0.0))
+    assert sized(thin, [8] * 16, 24) == [0] * 16
     gain = lambda lengths: _ratio(thin, lengths, 24) / _ratio(thin, [0] * 16, 24)  # noqa: E731
-    assert 1.0 < gain(draft_lengths(thin, [8] * 16, 24, margin=0.0)) < 1.1
+    assert 1.0 < gain(sized(thin, [8] * 16, 24, margin=0.0)) < 1.1
     # a request whose drafts keep being accepted clears it, and batch 1 keeps its free slots
-    assert all(draft_lengths([(0.95, 0.95)] * 16, [8] * 16, 24))
-    assert draft_lengths([(0.5, 0.5)], [15], 24, floor_tokens=28)[0] >= 2
+    assert all(sized([(0.95, 0.95)] * 16, [8] * 16, 24))
+    assert sized([(0.5, 0.5)], [15], 24, floor_tokens=28)[0] >= 2
 
 
 def test_acceptance_rate_follows_outcomes_and_recovers_without_evidence():

@@ -17,10 +17,16 @@ def test_defaults_and_valid_options():
     assert adaptive.adaptive and adaptive.knee_tokens == 64
     defaults = parse_options({"method": "jacobi", "num_speculative_tokens": 8}, max_k=128)
     assert (defaults.knee_tokens, defaults.floor_tokens) == (24, 28)  # the CPU platform's
-    # the history is kept only where the fill drafts from it
+    # the numpy history is kept only where the fill drafts from it
     assert opts.history_in_use == 0
-    assert parse_options({"method": "jacobi", "num_speculative_tokens": 8},
+    assert parse_options({"method": "jacobi", "num_speculative_tokens": 8, "lookup": "ngram"},
                          max_k=128).history_in_use == 16
+    # arctic-inference is installed here: hybrid looks earlier text up in its suffix trees,
+    # which keep the last 1024 outputs; the numpy history then keeps nothing
+    assert (defaults.lookup, defaults.history_size, defaults.history_in_use) == \
+        ("suffix", 1024, 0)
+    assert parse_options({"method": "jacobi", "num_speculative_tokens": 8,
+                          "history_size": 100000}, max_k=128).history_size == 100000
     masks = parse_options({"method": "space", "num_speculative_tokens": 4, "fill": "masks",
                            "mask_token_id": 3}, max_k=128)
     assert masks.history_in_use == 0
@@ -54,6 +60,14 @@ def test_defaults_and_valid_options():
      ["history_size", "fill hybrid", "'ngram'"]),
     ({"method": "jacobi", "num_speculative_tokens": 4, "fill": "tail", "pool_size": 4},
      ["pool_size", "fill hybrid", "'tail'"]),
+    ({"method": "jacobi", "num_speculative_tokens": 4, "fill": "ngram", "lookup": "suffix"},
+     ["lookup", "fill hybrid", "'ngram'"]),
+    ({"method": "jacobi", "num_speculative_tokens": 4, "lookup": "tree"},
+     ["lookup", "suffix, ngram", "'tree'"]),
+    ({"method": "jacobi", "num_speculative_tokens": 4, "lookup": "ngram", "history_size": 1000},
+     ["history_size", "[0, 256]"]),
+    ({"method": "space", "num_speculative_tokens": 4, "lookup": "suffix", "mask_token_id": 3},
+     ["'lookup'", "allowed"]),
     ({"method": "space", "num_speculative_tokens": 4, "fill": "masks", "history_size": 8,
       "mask_token_id": 3}, ["history_size", "hybrid or ngram or tail", "'masks'"]),
 ])
@@ -62,6 +76,19 @@ def test_bad_options_name_the_option_and_allowed_values(spec, words):
         parse_options(spec, max_k=128)
     for word in words:
         assert word in str(err.value)
+
+
+def test_the_suffix_lookup_without_arctic_inference(monkeypatch):
+    """Where arctic-inference is missing, hybrid falls back to the numpy lookups, and a user
+    who asked for the suffix trees by name is told what to install."""
+    from vllm_cllm import suffix_lookup
+
+    monkeypatch.setattr(suffix_lookup, "suffix_tree_missing", lambda: "not installed (test)")
+    fallback = parse_options({"method": "jacobi", "num_speculative_tokens": 8}, max_k=128)
+    assert (fallback.lookup, fallback.history_in_use) == ("ngram", 16)
+    with pytest.raises(ConfigError, match="lookup 'suffix' needs arctic-inference"):
+        parse_options({"method": "jacobi", "num_speculative_tokens": 8, "lookup": "suffix"},
+                      max_k=128)
 
 
 def _engine_config(model: str, **kwargs):

@@ -55,13 +55,36 @@ def test_device_step_gives_the_row_tail_and_falls_back_for_sampled_requests():
                                               ["a", "b"], k=3) is None  # dummy run
 
 
-def _proposer(k: int, fill: str = "tail", max_model_len: int = 100) -> JacobiProposer:
+def test_host_capture_gives_the_device_steps_rows_and_blocks():
+    """On the CPU platform the capture takes only the argmax (numpy) and shifts each block on
+    the host: the same rows and next blocks as the device step, greedy or sampled."""
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        drafts = [list(rng.integers(0, 6, rng.integers(0, 5))) for _ in range(3)]
+        rows = sum(len(d) + 1 for d in drafts)
+        logits = torch.randn(rows, 6)
+        meta = _metadata([[int(t) for t in d] for d in drafts])
+        ids = ["a", "b", "c"]
+        device = VerifyPredictions.from_fixed_point(logits, meta.draft_token_ids,
+                                                    meta.num_draft_tokens, ids, k=4)
+        host = VerifyPredictions.on_host(logits, meta.num_draft_tokens, ids)
+        assert host.flat.tolist() == device.flat.tolist()
+        for i, d in enumerate(drafts):
+            for sampled in range(1, len(d) + 2):
+                assert host.next_block(i, sampled)[:4].tolist() == \
+                    device.next_block(i, sampled).tolist()
+    assert VerifyPredictions.on_host(torch.zeros(2, 6), [1, 1], ["a", "b"]) is None  # dummy
+
+
+def _proposer(k: int, fill: str = "tail", max_model_len: int = 100, **options
+              ) -> JacobiProposer:
+    from vllm_cllm.options import parse_options
+
+    spec = {"method": "jacobi", "num_speculative_tokens": k, "fill": fill, **options}
     config = SimpleNamespace(
         speculative_config=SimpleNamespace(num_speculative_tokens=k),
         model_config=SimpleNamespace(max_model_len=max_model_len),
-        additional_config={"vllm_cllm": {"method": "jacobi", "num_speculative_tokens": k,
-                                         "fill": fill, "ngram_min": 2, "ngram_max": 4,
-                                         "seed": 0}},
+        additional_config={"vllm_cllm": parse_options(spec, max_k=k).to_dict()},
     )
     return JacobiProposer(config)
 
@@ -137,14 +160,14 @@ def test_hybrid_probes_a_useless_tail_with_a_short_draft():
 def test_jacobi_drafts_a_lookup_before_the_pool_and_the_pool_before_its_tail():
     state = HybridState()
     tail, ngram = np.array([1, 2, 3]), np.array([7, 8, 9])
-    history, pool, empty = np.array([4, 5]), np.array([6]), np.empty(0, dtype=np.int64)
+    lookup, pool, empty = np.array([4, 5]), np.array([6]), np.empty(0, dtype=np.int64)
     for _ in range(3):  # the tail has been right: its score does not outrank a lookup
         state.first_in_order({"model": tail, "ngram": ngram})
         state.update([1, 2, 3, 4])
     assert state.first_in_order({"model": tail, "ngram": ngram, "pool": pool,
-                                 "history": history}) is ngram
+                                 "lookup": lookup}) is ngram
     assert state.first_in_order({"model": tail, "ngram": empty, "pool": pool,
-                                 "history": history}) is history
+                                 "lookup": lookup}) is lookup
     assert state.first_in_order({"model": tail, "ngram": empty, "pool": pool}) is pool
     assert state.first_in_order({"model": tail, "ngram": empty}) is tail
     for _ in range(5):  # a tail that keeps missing is still cut to a probe
@@ -232,7 +255,7 @@ def test_outputs_of_requests_that_left_become_a_draft_source_for_greedy_requests
     greedy request whose context ends like a phrase of it gets the rest of the phrase drafted
     once that source has matched best. A sampled request never drafts from it: its samples
     depend on its drafts, which must not depend on what ran before it."""
-    proposer = _proposer(k=4, fill="hybrid")
+    proposer = _proposer(k=4, fill="hybrid", lookup="ngram")
     tokens = np.zeros((1, 20), dtype=np.int64)
     tokens[0, :12] = [90, 91, 92, 93, 40, 41, 42, 43, 44, 45, 46, 47]  # prompt of 4 + output
     proposer.observe_verification(_logits_for([40]), None, ["a"])
@@ -248,10 +271,10 @@ def test_outputs_of_requests_that_left_become_a_draft_source_for_greedy_requests
     for greedy, expected in (({"b"}, [43, 44, 45, 46]), (set(), [])):
         proposer.retain_requests({"b"}, greedy)
         state = proposer._request("b", [42])
-        state.hybrid.scores.update({"model": 0.0, "ngram": 0.0, "pool": 0.0, "history": 2.0})
+        state.hybrid.scores.update({"model": 0.0, "ngram": 0.0, "pool": 0.0, "lookup": 2.0})
         draft = proposer._draft(0, [42], 4, state, predictions, np.array([6]), tokens)
         assert draft.tolist()[:len(expected)] == expected
-        assert ("history" in state.hybrid.proposed) == bool(greedy)
+        assert ("lookup" in state.hybrid.proposed) == bool(greedy)
 
 
 def test_ngram_prefers_longest_then_usual_then_first_match():

@@ -194,6 +194,7 @@ def test_device_step_reads_mask_rows_and_tails_like_the_host_rule():
     drafts = [50, 51, MASK, MASK, MASK, 70, 99, 98, MASK, MASK, MASK]
     meta = SimpleNamespace(num_draft_tokens=[5, 6],
                            draft_token_ids=torch.tensor(drafts, dtype=torch.int32))
+    proposer.capture_on_host = False  # the device step (on a GPU: Triton)
     proposer.observe_verification(logits, meta, ["full", "rej"])
     preds = proposer.predictions
     assert preds.num_mask.tolist() == [3, 3] and preds.accepted.tolist() == [2, 1]

@@ -25,6 +25,7 @@ far — never timings, so every tensor-parallel rank drafts the same thing:
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 #: Prior of a request with no history: first draft token accepted half the time, and each
@@ -78,9 +79,14 @@ class AcceptanceRate:
         total = self.cont_accepted + self.cont_rejected
         return self.cont_accepted / total if total > 0 else 0.0
 
-    def position_values(self) -> tuple[float, float]:
-        """(expected tokens from draft position 1, factor from each position to the next)."""
-        return self.first, self.cont
+    def values(self, room: int) -> list[float]:
+        """Expected tokens from each of ``room`` draft positions (:func:`draft_lengths`)."""
+        return geometric_values(self.first, self.cont, room)
+
+
+def geometric_values(first: float, cont: float, room: int) -> list[float]:
+    """Position j (from 1) yields ``first * cont**(j-1)``."""
+    return [first * cont ** j for j in range(room)]
 
 
 def step_cost(query_tokens: float, knee_tokens: float, floor_tokens: float = 0.0) -> float:
@@ -89,32 +95,35 @@ def step_cost(query_tokens: float, knee_tokens: float, floor_tokens: float = 0.0
     return max(floor_tokens, knee_tokens + query_tokens)
 
 
-def draft_lengths(rates: list[tuple[float, float]], rooms: list[int], knee_tokens: float,
+def draft_lengths(values: Sequence[Sequence[float]], rooms: list[int], knee_tokens: float,
                   floor_tokens: float = 0.0,
                   overhead_per_request: float = SPEC_STEP_OVERHEAD_PER_REQUEST,
                   margin: float = DRAFT_MARGIN) -> list[int]:
     """Draft tokens per request that maximise expected committed tokens per step cost.
 
-    ``rates[i]`` is request i's ``(first, cont)`` (:meth:`AcceptanceRate.position_values`):
-    position j yields ``first * cont**(j-1)``. ``rooms[i]`` caps request i (0 for a request in
-    prefill, which still occupies the batch). A step costs ``max(floor_tokens, knee_tokens +
-    query tokens)``, plus the overhead once anything is drafted. Greedy over positions in
-    decreasing value is optimal for this ratio: the values of one request decrease with j;
-    below the floor any positive value raises it; above, an item raises it exactly when its
-    value exceeds it, and once one fails no later one (worth less) can pass. Drafting is then
-    kept only if it beats not drafting at all by ``margin`` (relative).
+    ``values[i][j]`` is the expected number of tokens that request i's draft position j + 1
+    adds (non-increasing in j: the probability that it and every earlier draft token are
+    accepted; :meth:`AcceptanceRate.values`, :class:`vllm_cllm.acceptance.TokenAcceptance`).
+    ``rooms[i]`` caps request i (0 for a request in prefill, which still occupies the batch).
+    A step costs ``max(floor_tokens, knee_tokens + query tokens)``, plus the overhead once
+    anything is drafted. Greedy over positions in decreasing value is optimal for this ratio:
+    the values of one request decrease with j; below the floor any positive value raises it;
+    above, an item raises it exactly when its value exceeds it, and once one fails no later
+    one (worth less) can pass. Drafting is then kept only if it beats not drafting at all by
+    ``margin`` (relative).
     """
-    batch = len(rates)
+    batch = len(values)
     lengths = [0] * batch
     if not batch:
         return lengths
+    caps = [min(room, len(v)) for room, v in zip(rooms, values, strict=True)]
 
     def cost(tokens: float) -> float:
         return step_cost(tokens, knee_tokens, floor_tokens)
 
     plain = batch / cost(batch)
     gain, tokens = float(batch), batch * (1 + overhead_per_request)
-    heap = [(-rates[i][0], i) for i in range(batch) if rooms[i] > 0 and rates[i][0] > 0]
+    heap = [(-float(values[i][0]), i) for i in range(batch) if caps[i] > 0 and values[i][0] > 0]
     heapq.heapify(heap)
     while heap:
         neg_value, i = heapq.heappop(heap)
@@ -123,6 +132,6 @@ def draft_lengths(rates: list[tuple[float, float]], rooms: list[int], knee_token
             break
         lengths[i] += 1
         gain, tokens = gain + value, tokens + 1
-        if lengths[i] < rooms[i]:
-            heapq.heappush(heap, (-value * rates[i][1], i))
+        if lengths[i] < caps[i]:
+            heapq.heappush(heap, (-float(values[i][lengths[i]]), i))
     return lengths if gain / cost(tokens) > plain * (1 + margin) else [0] * batch

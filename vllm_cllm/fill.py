@@ -20,14 +20,26 @@ class Fill(Protocol):
 
 def _longest_ngram_hits(context: np.ndarray, ngram_min: int, ngram_max: int) -> np.ndarray:
     """Positions right after each earlier occurrence of the longest suffix n-gram
-    (``ngram_max`` down to ``ngram_min`` tokens) that occurred before; empty if none did."""
+    (``ngram_max`` down to ``ngram_min`` tokens) that occurred before; empty if none did.
+
+    Every earlier occurrence of the last token is extended backwards one token at a time, so
+    a step costs one comparison over the context and a few over its matches (it runs for
+    every request at every step)."""
     length = len(context)
-    for n in range(min(ngram_max, length - 1), ngram_min - 1, -1):
-        windows = np.lib.stride_tricks.sliding_window_view(context[:length - 1], n)
-        hits = np.flatnonzero((windows == context[length - n:]).all(axis=1)) + n
-        if len(hits):
-            return hits
-    return np.empty(0, dtype=np.int64)
+    top = min(ngram_max, length - 1)
+    if top < max(ngram_min, 1):
+        return np.empty(0, dtype=np.int64)
+    ends = np.flatnonzero(context[:length - 1] == context[length - 1])
+    run = np.ones(len(ends), dtype=np.int64)  # matched suffix length ending at each end
+    for back in range(1, top):
+        alive = np.flatnonzero((run == back) & (ends >= back))
+        if not len(alive):
+            break
+        same = context[ends[alive] - back] == context[length - 1 - back]
+        run[alive[same]] += 1
+    if not len(run) or run.max() < ngram_min:
+        return np.empty(0, dtype=np.int64)
+    return ends[run == run.max()] + 1
 
 
 def _usual_start(context: np.ndarray, hits: np.ndarray) -> int:

@@ -14,10 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from vllm_cllm.adaptive import AcceptanceRate, draft_lengths
+from vllm_cllm.acceptance import HIT, MISSED, UNDRAFTED, Cells, TokenAcceptance
+from vllm_cllm.adaptive import (
+    SPEC_STEP_OVERHEAD_PER_REQUEST,
+    AcceptanceRate,
+    draft_lengths,
+    step_cost,
+)
 from vllm_cllm.capture import SelfDraftingProposer, VerifyPredictions
 from vllm_cllm.fill import Fill, NgramFill, RandomContextFill, make_fill, pool_continuation
-from vllm_cllm.history import OutputHistory
+from vllm_cllm.suffix_lookup import SuffixTreeLookup
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -53,14 +59,19 @@ PROBE_TOKENS = 2
 MODEL_SOURCE = "model"
 
 
-#: The order in which ``jacobi``'s ``hybrid`` drafts its sources: the first that has a draft
-#: this step is drafted. A lookup's match (the request's own n-grams, then earlier requests'
-#: outputs) guesses the next token right more often than the CLLM's tail does (60 % and 56 %
-#: against 28 % on gsm_symbolic), so it goes first; the pool of recent iterates before the
-#: tail. Measured against choosing by score (tokens per step, CLLM demo, k = 15, batch 1, 128
-#: tokens): gsm 2.57 vs 2.23, HumanEval 2.93 vs 2.52, MT-bench 2.58 vs 2.48, ShareGPT 2.29 vs
-#: 2.40 (README, "Which source jacobi drafts").
-JACOBI_ORDER = ("ngram", "history", "pool", MODEL_SOURCE)
+#: The order in which ``jacobi``'s ``hybrid`` drafts its sources at a fixed k: the first that
+#: has a draft this step is drafted. A lookup's match (the request's own n-grams, then the
+#: ``lookup``: the suffix trees or the history of earlier outputs) guesses the next token right
+#: more often than the CLLM's tail does (60 % and 56 % against 28 % on gsm_symbolic), so it
+#: goes first; the pool of recent iterates before the tail. Measured against choosing by score
+#: (tokens per step, CLLM demo, k = 15, batch 1, 128 tokens): gsm 2.57 vs 2.23, HumanEval 2.93
+#: vs 2.52, MT-bench 2.58 vs 2.48, ShareGPT 2.29 vs 2.40 (README, "Which source jacobi drafts").
+JACOBI_ORDER = ("ngram", "lookup", "pool", MODEL_SOURCE)
+#: The candidates of adaptive ``hybrid`` drafting, each token valued by how often tokens like
+#: it were accepted (vllm_cllm/acceptance.py): the lookup, the request's own n-gram
+#: continuation and the model's Jacobi tail. The pool is left out there: it measured no gain
+#: over these three (README, "Sizing drafts by learned acceptance").
+LEARNED_SOURCES = ("lookup", "ngram", MODEL_SOURCE)
 #: The n-gram lookup's two continuations, scored separately per request: the usual one (the
 #: most frequent next token, its first occurrence) and the latest occurrence's. Worked
 #: solutions reuse a phrase with new numbers, and there the latest occurrence is right more
@@ -78,8 +89,8 @@ class HybridState:
 
     Sources are named (``model``, ``ngram``, ``pool``, ``history``; ``space`` adds ``tail``);
     a source seen for the first time starts at 0. ``space`` drafts the best-scoring source that
-    has a draft (:meth:`choose`; ties go to the source listed first); ``jacobi`` drafts in a
-    fixed order (:meth:`first_in_order`), the model's score deciding only its probe.
+    has a draft (:meth:`choose`; ties go to the source listed first); ``jacobi`` at a fixed k
+    drafts in a fixed order (:meth:`first_in_order`), the model's score deciding only its probe.
     """
 
     scores: dict[str, float] = field(default_factory=_initial_scores)
@@ -129,13 +140,11 @@ class HybridState:
 
     def draft(self, model: np.ndarray, ngram: np.ndarray, context: np.ndarray,
               block: np.ndarray, room: int, pool_size: int, ngram_max: int,
-              history: OutputHistory | None = None, ngram_latest: np.ndarray = _EMPTY
-              ) -> np.ndarray:
+              lookup: np.ndarray = _EMPTY, ngram_latest: np.ndarray = _EMPTY) -> np.ndarray:
         """Draft the first of, in :data:`JACOBI_ORDER`: the n-gram continuation (``ngram`` or
-        ``ngram_latest``, whichever has matched better), (given ``history``, earlier requests'
-        outputs) what followed the context there, (``pool_size`` > 0) the pool's continuation,
-        the model's draft; then remember this step's ``block`` (the model's predictions past
-        the committed tokens) in the pool."""
+        ``ngram_latest``, whichever has matched better), the ``lookup``'s continuation,
+        (``pool_size`` > 0) the pool's continuation, the model's draft; then remember this
+        step's ``block`` (the model's predictions past the committed tokens) in the pool."""
         candidates = {MODEL_SOURCE: model, "ngram": ngram, "ngram_latest": ngram_latest}
         if pool_size:
             candidates["pool"] = np.asarray(pool_continuation(
@@ -143,25 +152,60 @@ class HybridState:
             if len(block):
                 self.pool.append(np.concatenate([context[-1:], block]))
                 del self.pool[:-pool_size]
-        if history:
-            candidates["history"] = history.continuation(context, room)
+        if len(lookup):
+            candidates["lookup"] = lookup
         return self.first_in_order(candidates)
 
 
 @dataclass
 class JacobiRequest:
     """What the proposer remembers about one running request (dropped when it leaves):
-    the hybrid fill's state, its acceptance rate (adaptive k), and (with a history) the
-    tokens committed so far, which join the proposer's history once it leaves."""
+    the hybrid fill's state, its acceptance rate (adaptive k with another fill), last step's
+    candidates (adaptive ``hybrid``: scored once vLLM has committed), and (with the numpy
+    history) the tokens committed so far, which join the history once it leaves."""
 
     output: list[int] = field(default_factory=list)
     hybrid: HybridState = field(default_factory=HybridState)
     rate: AcceptanceRate = field(default_factory=AcceptanceRate)
+    candidates: dict[str, np.ndarray] = field(default_factory=dict)
+    cells: Cells = field(default_factory=dict)
+    #: how its last draft fared (vllm_cllm/acceptance.py: MISSED, HIT, UNDRAFTED)
+    previous: int = UNDRAFTED
+
+
+def best_candidate(values: dict[str, np.ndarray], knee_tokens: float, floor_tokens: float
+                   ) -> str | None:
+    """The candidate whose best prefix promises the most tokens per step cost for a request
+    on its own (the cost model of vllm_cllm/adaptive.py); None if none beats drafting
+    nothing. :func:`draft_lengths` then sizes the chosen one against the rest of the batch."""
+    plain = 1.0 / step_cost(1, knee_tokens, floor_tokens)
+    best, best_rate = None, plain
+    for name, value in values.items():
+        if not len(value):
+            continue
+        drafted = np.arange(1, len(value) + 1)
+        costs = np.maximum(floor_tokens, knee_tokens + 1 + SPEC_STEP_OVERHEAD_PER_REQUEST +
+                           drafted)
+        rate = float(((1 + np.cumsum(value)) / costs).max())
+        if rate > best_rate:
+            best, best_rate = name, rate
+    return best
+
+
+def _log_lookup(lookup: str) -> None:
+    """Say which lookup ``hybrid`` drafts from: the default depends on what is installed."""
+    from vllm.logger import init_logger
+
+    from vllm_cllm.suffix_lookup import suffix_tree_missing
+
+    why = "" if lookup == "suffix" else f" ({suffix_tree_missing() or 'as configured'})"
+    where = "arctic-inference's suffix trees" if lookup == "suffix" else "numpy n-gram lookups"
+    init_logger(__name__).info("vllm-cllm: jacobi looks up earlier text in %s%s", where, why)
 
 
 class JacobiProposer(SelfDraftingProposer):
     """The ``jacobi`` method's proposer (see the module docstring); ``hybrid`` also drafts
-    from the outputs of earlier requests (:attr:`history`)."""
+    from a lookup of earlier text (:attr:`suffix`, or the numpy :attr:`history`)."""
 
     method = "jacobi"
 
@@ -173,6 +217,14 @@ class JacobiProposer(SelfDraftingProposer):
                                 self.max_model_len)
         self.fill: Fill = self.lookup if self.options.fill == "hybrid" else \
             make_fill(self.options, self.max_model_len)
+        #: arctic-inference's suffix trees (``lookup: suffix``); else the numpy history
+        self.suffix = SuffixTreeLookup(self.options.history_size) \
+            if self.options.uses_suffix_tree else None
+        if self.options.fill == "hybrid":
+            _log_lookup(self.options.lookup)
+        #: adaptive ``hybrid``: how often each kind of candidate token gets accepted
+        self.acceptance = TokenAcceptance(LEARNED_SOURCES)
+        self.learned = self.options.adaptive and self.options.fill == "hybrid"
 
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray,
                 token_ids_cpu: np.ndarray, *args: Any, **kwargs: Any) -> list[list[int]]:
@@ -183,9 +235,13 @@ class JacobiProposer(SelfDraftingProposer):
         if predictions is not None and (self.options.fill == "hybrid" or self.options.adaptive):
             states = [self._request(predictions.req_ids[i], sampled) if rooms[i] else None
                       for i, sampled in enumerate(sampled_token_ids)]
+        if self.learned and predictions is not None:
+            drafts = self._propose_learned(sampled_token_ids, rooms, states, predictions,
+                                           num_tokens_no_spec, token_ids_cpu)
+            return [draft.tolist() for draft in drafts]
         sizing = self.options.adaptive and predictions is not None
         if sizing:  # who would draft if every draft were k long: nobody else makes one
-            rates = [s.rate.position_values() if s else (0.0, 0.0) for s in states]
+            rates = [s.rate if s else AcceptanceRate(0.0) for s in states]
             rooms = [room if n else 0 for room, n in zip(rooms, self._lengths(rates, rooms),
                                                          strict=True)]
         drafts = [self._draft(i, sampled, room, state, predictions, num_tokens_no_spec,
@@ -200,25 +256,72 @@ class JacobiProposer(SelfDraftingProposer):
                 state.rate.last_drafted = len(draft)
         return [draft.tolist() for draft in drafts]
 
-    def _lengths(self, rates: list[tuple[float, float]], rooms: list[int]) -> list[int]:
-        return draft_lengths(rates, rooms, self.options.knee_tokens, self.options.floor_tokens)
+    def _lengths(self, rates: list[AcceptanceRate], rooms: list[int]) -> list[int]:
+        return draft_lengths([rate.values(room) for rate, room in zip(rates, rooms, strict=True)],
+                             rooms, self.options.knee_tokens, self.options.floor_tokens)
+
+    def _propose_learned(self, sampled_token_ids: list[list[int]], rooms: list[int],
+                         states: list[JacobiRequest | None], predictions: VerifyPredictions,
+                         num_tokens_no_spec: np.ndarray, token_ids_cpu: np.ndarray
+                         ) -> list[np.ndarray]:
+        """Adaptive ``hybrid``: per request the candidate whose tokens promise the most
+        (:func:`best_candidate`), each token valued by :attr:`acceptance`; then every chosen
+        candidate sized against the batch by the cost model (:func:`draft_lengths`)."""
+        knee, floor = self.options.knee_tokens, self.options.floor_tokens
+        chosen, values = [], []
+        for i, (sampled, room, state) in enumerate(zip(sampled_token_ids, rooms, states,
+                                                       strict=True)):
+            if not room or state is None:
+                chosen.append(_EMPTY)
+                values.append(())
+                continue
+            context = token_ids_cpu[i, :int(num_tokens_no_spec[i])]
+            state.candidates = self._candidates(i, sampled, room, predictions, context)
+            state.cells = self.acceptance.cells(state.candidates, state.previous)
+            value = self.acceptance.values(state.cells)
+            name = best_candidate(value, knee, floor)
+            chosen.append(_EMPTY if name is None else state.candidates[name])
+            values.append(() if name is None else value[name])
+        lengths = draft_lengths(values, rooms, knee, floor)
+        for state, n in zip(states, lengths, strict=True):
+            if state is not None:
+                state.rate.last_drafted = n
+        return [draft[:n] for draft, n in zip(chosen, lengths, strict=True)]
+
+    def _candidates(self, i: int, sampled: list[int], room: int, predictions: VerifyPredictions,
+                    context: np.ndarray) -> dict[str, np.ndarray]:
+        """Request ``i``'s candidates of :data:`LEARNED_SOURCES`, each at most ``room`` long."""
+        req_id = predictions.req_ids[i]
+        return {"lookup": self._lookup(req_id, sampled, context, room),
+                "ngram": np.asarray(self.lookup(context, room), dtype=np.int64),
+                MODEL_SOURCE: predictions.next_block(i, len(sampled))[:room]}
+
+    def _lookup(self, req_id: str | None, sampled: list[int], context: np.ndarray, room: int
+                ) -> np.ndarray:
+        """What followed the context elsewhere: in the suffix trees (every request), or in the
+        numpy history of earlier outputs (greedy requests only; see ``uses_history``)."""
+        if self.suffix is not None and req_id is not None:
+            return self.suffix.draft(req_id, req_id in self.greedy, context,
+                                     len(context) - len(sampled), room)
+        if self.uses_history(req_id):
+            return self.history.continuation(context, room)
+        return _EMPTY
 
     def _draft(self, i: int, sampled: list[int], room: int, state: JacobiRequest | None,
                predictions: VerifyPredictions | None, num_tokens_no_spec: np.ndarray,
                token_ids_cpu: np.ndarray) -> np.ndarray:
-        """Request ``i``'s draft of at most ``room`` tokens: the Jacobi tail plus the fill
-        (``hybrid``: or the n-gram continuation alone, or the pool's, whichever source has
-        matched better)."""
+        """Request ``i``'s draft of at most ``room`` tokens at a fixed k: the Jacobi tail plus
+        the fill (``hybrid``: or the first other source in :data:`JACOBI_ORDER`)."""
         tail = predictions.next_block(i, len(sampled)) if predictions is not None else _EMPTY
         context = token_ids_cpu[i, :int(num_tokens_no_spec[i])]
         draft = next_draft(tail, context, room, self.fill, self.restart)
         if state is None or self.options.fill != "hybrid":
             return draft
         req_id = predictions.req_ids[i] if predictions is not None else None
-        history = self.history if self.uses_history(req_id) else None
         usual, latest = (np.asarray(c, dtype=np.int64) for c in self.lookup.both(context, room))
         return state.hybrid.draft(draft, usual, context, tail, room, self.options.pool_size,
-                                  self.options.ngram_max, history, latest)
+                                  self.options.ngram_max,
+                                  self._lookup(req_id, sampled, context, room), latest)
 
     def _request(self, req_id: str, sampled: list[int]) -> JacobiRequest:
         """The request's state, updated with what the last step committed (``sampled``)."""
@@ -227,7 +330,22 @@ class JacobiProposer(SelfDraftingProposer):
             state = self.request_state[req_id] = JacobiRequest()
         else:
             state.hybrid.update(sampled)
+            state.previous = (HIT if len(sampled) > 1 else MISSED) if state.rate.last_drafted \
+                else UNDRAFTED
             state.rate.observe(len(sampled) - 1)
+            if state.candidates:
+                self.acceptance.observe(state.candidates, state.cells, sampled)
+                state.candidates, state.cells = {}, {}
         if self.history.size:
             state.output.extend(sampled)
         return state
+
+    def drop_departed(self, live_req_ids: set[str]) -> None:
+        super().drop_departed(live_req_ids)
+        if self.suffix is not None:
+            for req_id in [r for r in self.suffix.active if r not in live_req_ids]:
+                self.suffix.drop(req_id)
+
+    def tracked_requests(self) -> set[str]:
+        held = super().tracked_requests()
+        return held | set(self.suffix.active) if self.suffix is not None else held

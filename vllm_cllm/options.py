@@ -24,7 +24,7 @@ SPACE_FILL_POLICIES = ("hybrid", "ngram", "masks", "tail")
 #: Options each method accepts besides num_speculative_tokens.
 METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
     "jacobi": ("fill", "ngram_min", "ngram_max", "seed", "adaptive", "knee_tokens",
-               "floor_tokens", "pool_size", "history_size"),
+               "floor_tokens", "pool_size", "history_size", "lookup"),
     "space": ("fill", "ngram_min", "ngram_max", "history_size", "mask_token_id"),
 }
 
@@ -32,9 +32,17 @@ METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
 #: rather than silently ignored. ``space``'s ``tail`` completes the tail from the n-gram
 #: lookup, which is where the history comes in.
 FILL_OPTIONS: dict[str, dict[str, tuple[str, ...]]] = {
-    "jacobi": {"pool_size": ("hybrid",), "history_size": ("hybrid",)},
+    "jacobi": {"pool_size": ("hybrid",), "history_size": ("hybrid",), "lookup": ("hybrid",)},
     "space": {"history_size": ("hybrid", "ngram", "tail")},
 }
+
+#: Where ``jacobi``'s ``hybrid`` looks up earlier text: arctic-inference's suffix trees (the
+#: default where it is installed) or this project's numpy lookups (vllm_cllm/history.py).
+LOOKUPS = ("suffix", "ngram")
+#: Default ``history_size`` per lookup: a suffix tree finds a match among thousands of
+#: outputs in microseconds; the numpy history is searched per n-gram and kept small.
+DEFAULT_HISTORY = {"suffix": 1024, "ngram": 16}
+MAX_HISTORY = {"suffix": 1 << 20, "ngram": 256}
 
 #: Options of the adaptive rule: given without ``adaptive: true`` they are refused.
 ADAPTIVE_OPTIONS = ("knee_tokens", "floor_tokens")
@@ -56,23 +64,30 @@ class ProposerOptions:
       its most frequent continuation, the first occurrence of that),
       ``tail`` (the Jacobi tail only, as CLLM's shrinking block; random prompt tokens when empty),
       ``random`` (tokens drawn from the request's own prompt and output, as CLLM starts blocks),
-      ``hybrid`` (per request and step, the first source with a draft of: the n-gram lookup
-      — its usual or its latest continuation, whichever has matched better in the request —,
-      the history, the pool, "tail + ngram" — vllm_cllm/jacobi.py ``JACOBI_ORDER``).
+      ``hybrid`` (at a fixed k, per request and step, the first source with a draft of: the
+      n-gram lookup — its usual or its latest continuation, whichever has matched better in
+      the request —, the ``lookup``, the pool, "tail + ngram" — vllm_cllm/jacobi.py
+      ``JACOBI_ORDER``; with ``adaptive``, the candidate — lookup, n-gram continuation or
+      Jacobi tail — whose tokens promise the most, each token valued by how often tokens of
+      its kind were accepted: vllm_cllm/acceptance.py).
     ngram_min / ngram_max: n-gram lengths tried by the ``ngram`` fill.
     seed: seeds the ``random`` fill; the same on every tensor-parallel rank.
-    adaptive: choose each request's draft length per step from the batch size and its recent
-      acceptance (vllm_cllm/adaptive.py) instead of always drafting k.
+    adaptive: choose each request's draft (``hybrid``: which candidate) and its length per
+      step from the batch size and the acceptance seen so far (vllm_cllm/adaptive.py,
+      vllm_cllm/acceptance.py) instead of always drafting k.
     knee_tokens / floor_tokens: the adaptive cost model — a verify step over N query tokens
       costs ``max(floor_tokens, knee_tokens + N)`` one-token units (defaults: 24 / 28 on CPU,
       fitted by benchmarks/step_cost.py; 256 / 0 on GPUs). Refused without ``adaptive``.
     pool_size: with ``hybrid``, how many of the request's recent Jacobi iterates are kept as a
       draft source (Lookahead's n-gram pool, Jacobi Forcing's rejection recycling); 0 turns it
       off.
-    history_size: how many outputs of requests that already left the batch are kept as a
-      draft source (what followed the context's last 3–16 tokens there, as vLLM's ``suffix``
-      method does across requests): ``jacobi``'s ``hybrid`` and ``space`` draft it when the
-      request's own n-grams have no match; 0 turns it off.
+    history_size: how many outputs of earlier requests are kept as a draft source (what
+      followed the context's last tokens there, as vLLM's ``suffix`` method does across
+      requests); 0 turns it off. Default 1024 with the suffix lookup, 16 with ``ngram``.
+    lookup (``jacobi``, ``hybrid``): ``suffix`` looks the context up in arctic-inference's
+      suffix trees over the prompt, the request's output and earlier outputs (the library
+      behind vLLM's ``suffix`` method; the default where it is installed), ``ngram`` in this
+      project's numpy lookups (the request's own n-grams, the last 16 outputs).
     ``pool_size`` and ``history_size`` given with a fill that does not use them are refused
     (``FILL_OPTIONS``).
     mask_token_id (``space``): the checkpoint's mask token, from its config unless given.
@@ -91,6 +106,7 @@ class ProposerOptions:
     floor_tokens: int = 28
     pool_size: int = 8
     history_size: int = 16
+    lookup: str = "ngram"
     mask_token_id: int | None = None
 
     @property
@@ -101,9 +117,15 @@ class ProposerOptions:
 
     @property
     def history_in_use(self) -> int:
-        """``history_size`` where the fill drafts from the history, else 0: nothing is kept."""
+        """``history_size`` where the fill drafts from the numpy history
+        (vllm_cllm/history.py), else 0: nothing is kept there."""
         fills = FILL_OPTIONS[self.method].get("history_size", ())
-        return self.history_size if self.fill in fills else 0
+        return self.history_size if self.fill in fills and not self.uses_suffix_tree else 0
+
+    @property
+    def uses_suffix_tree(self) -> bool:
+        """Whether ``jacobi``'s hybrid looks earlier text up in arctic-inference's trees."""
+        return self.method == "jacobi" and self.fill == "hybrid" and self.lookup == "suffix"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -168,15 +190,34 @@ def parse_options(spec: dict[str, Any], max_k: int, hf_config: Any = None) -> Pr
     knee_tokens = _int_in("knee_tokens", spec.get("knee_tokens", default_knee), 1, 1 << 20)
     floor_tokens = _int_in("floor_tokens", spec.get("floor_tokens", default_floor), 0, 1 << 20)
     pool_size = _int_in("pool_size", spec.get("pool_size", ProposerOptions.pool_size), 0, 64)
-    history_size = _int_in("history_size",
-                           spec.get("history_size", ProposerOptions.history_size), 0, 256)
+    lookup = _lookup(spec) if method == "jacobi" and fill == "hybrid" else "ngram"
+    history_size = _int_in("history_size", spec.get("history_size", DEFAULT_HISTORY[lookup]),
+                           0, MAX_HISTORY[lookup])
     mask_token_id = _mask_token_id(spec, hf_config) if method == "space" else None
     return ProposerOptions(method=method, num_speculative_tokens=k, fill=fill,
                            ngram_min=ngram_min, ngram_max=ngram_max, seed=seed,
                            adaptive=adaptive, knee_tokens=knee_tokens,
                            floor_tokens=floor_tokens, pool_size=pool_size,
-                           history_size=history_size,
+                           history_size=history_size, lookup=lookup,
                            mask_token_id=mask_token_id)
+
+
+def _lookup(spec: dict[str, Any]) -> str:
+    """The ``lookup`` option: as given (``suffix`` only where arctic-inference imports), else
+    ``suffix`` where it is installed and ``ngram`` where it is not."""
+    from vllm_cllm.suffix_lookup import suffix_tree_missing
+
+    missing = suffix_tree_missing()
+    if "lookup" not in spec:
+        return "ngram" if missing else "suffix"
+    lookup = spec["lookup"]
+    if lookup not in LOOKUPS:
+        raise ConfigError(f"vllm-cllm: lookup must be one of {', '.join(LOOKUPS)}; "
+                          f"got {lookup!r}")
+    if lookup == "suffix" and missing:
+        raise ConfigError(f"vllm-cllm: lookup 'suffix' needs arctic-inference: {missing}; "
+                          "or choose lookup 'ngram'")
+    return lookup
 
 
 def default_cost_model() -> tuple[int, int]:

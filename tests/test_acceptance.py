@@ -1,0 +1,118 @@
+"""Adaptive hybrid drafting: the learned acceptance table, the suffix-tree lookup, and the
+proposer choosing and sizing candidates with them (no engine)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from vllm_cllm.acceptance import PRIOR_RATE, TokenAcceptance
+from vllm_cllm.capture import VerifyPredictions
+from vllm_cllm.jacobi import LEARNED_SOURCES, JacobiProposer, best_candidate
+from vllm_cllm.options import parse_options
+
+
+def _a(*tokens: int) -> np.ndarray:
+    return np.array(tokens, dtype=np.int64)
+
+
+def test_agreeing_candidates_are_worth_more_than_lone_ones_from_the_prior():
+    table = TokenAcceptance(LEARNED_SOURCES)
+    values = table.values(table.cells({"lookup": _a(1, 2, 3), "model": _a(1, 9)}))
+    assert values["lookup"][0] == values["model"][0] == PRIOR_RATE  # nothing learned yet
+    for _ in range(50):  # agreeing first tokens are right, lone ones wrong
+        for candidates, committed in (({"lookup": _a(1, 2), "model": _a(1, 5)}, [1, 2]),
+                                      ({"lookup": _a(4), "model": _a(6)}, [7])):
+            table.observe(candidates, table.cells(candidates), committed)
+    agree = table.values(table.cells({"lookup": _a(1, 2), "model": _a(1, 3)}))
+    alone = table.values(table.cells({"lookup": _a(4, 2), "model": _a(6, 3)}))
+    assert agree["lookup"][0] > 0.9 and alone["lookup"][0] < 0.1
+    assert all(np.diff(agree["lookup"]) <= 0)  # cumulative: a position needs all before it
+
+
+def test_only_what_the_committed_tokens_reveal_is_counted():
+    table = TokenAcceptance(LEARNED_SOURCES)
+    before = table.trials.copy()
+    # two tokens committed: the lookup's first two are known right, its third unknown; the
+    # model's first is known wrong, and nothing after a miss is counted
+    candidates = {"lookup": _a(1, 2, 3), "model": _a(5, 2, 3)}
+    table.observe(candidates, table.cells(candidates), [1, 2])
+    counted = table.trials - before
+    assert counted[LEARNED_SOURCES.index("lookup")].sum() == 2
+    assert counted[LEARNED_SOURCES.index("model")].sum() == 1
+    assert table.accepted[LEARNED_SOURCES.index("model")].sum() == \
+        TokenAcceptance(LEARNED_SOURCES).accepted[0].sum()  # a miss adds no acceptance
+
+
+def test_a_request_whose_last_draft_missed_is_valued_on_its_own():
+    from vllm_cllm.acceptance import HIT, MISSED
+
+    table = TokenAcceptance(LEARNED_SOURCES)
+    lone = {"lookup": _a(1, 2)}
+    for _ in range(40):  # after a miss lone lookups miss again; after a hit they hit
+        table.observe(lone, table.cells(lone, MISSED), [9])
+        table.observe(lone, table.cells(lone, HIT), [1, 2])
+    assert table.values(table.cells(lone, MISSED))["lookup"][0] < 0.1
+    assert table.values(table.cells(lone, HIT))["lookup"][0] > 0.9
+
+
+def test_best_candidate_weighs_expected_tokens_against_the_step_cost():
+    good, poor = np.array([0.9, 0.8, 0.7]), np.array([0.2, 0.04])
+    assert best_candidate({"lookup": poor, "ngram": good}, 20, 0) == "ngram"
+    assert best_candidate({"model": np.array([0.01])}, 20, 0) is None  # not worth a draft
+    assert best_candidate({"model": np.array([])}, 20, 0) is None
+
+
+def test_suffix_lookup_shares_greedy_outputs_only():
+    pytest.importorskip("arctic_inference.suffix_decoding")
+    from vllm_cllm.suffix_lookup import SuffixTreeLookup
+
+    lookup = SuffixTreeLookup(max_cached=8)
+    first = _a(90, 91, 40, 41, 42, 43, 44, 45)  # prompt of 2, then its output
+    assert lookup.draft("a", True, first[:3], 2, 4).tolist() == []  # nothing to match yet
+    lookup.draft("a", True, first, 2, 4)
+    lookup.drop("a")
+    assert len(lookup) == 0
+    later = _a(7, 8, 40, 41, 42)
+    assert lookup.draft("b", True, later, 2, 3).tolist() == [43, 44, 45]
+    # a sampled request drafts from its own tokens only (its samples depend on its drafts)
+    assert lookup.draft("c", False, later, 2, 3).tolist() == []
+    # its own prompt and output count, as they do for greedy requests
+    own = _a(5, 6, 9, 5, 6)
+    assert lookup.draft("d", False, own, 4, 2).tolist()[:1] == [9]
+
+
+def _learned_proposer(k: int = 4, knee: int = 20) -> JacobiProposer:
+    spec = {"method": "jacobi", "num_speculative_tokens": k, "adaptive": True,
+            "knee_tokens": knee, "floor_tokens": 0}
+    return JacobiProposer(SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=k),
+        model_config=SimpleNamespace(max_model_len=200),
+        additional_config={"vllm_cllm": parse_options(spec, max_k=k).to_dict()}))
+
+
+def test_proposer_learns_which_candidates_pay_and_frees_their_state():
+    """A request whose text repeats: its lookups always agree and are always right, so the
+    proposer, starting from the 50 % prior, comes to draft the full k."""
+    from vllm_cllm.jacobi import matched_prefix
+
+    proposer = _learned_proposer(k=4)
+    assert proposer.learned
+    text = [3, 4, 5, 6] * 30
+    tokens = np.array([text])
+    length, draft, lengths = 8, [], []
+    for _ in range(15):  # one verify step of the last draft, then the next proposal
+        predicted = text[length:length + len(draft) + 1]  # the target's g_1 .. g_{n+1}
+        accepted = matched_prefix(np.array(draft), predicted[:len(draft)])
+        proposer.retain_requests({"r"}, {"r"})
+        proposer.predictions = VerifyPredictions(["r"], np.array(predicted),
+                                                 np.array([0, len(predicted)]))
+        length += accepted + 1
+        draft = proposer.propose([predicted[:accepted + 1]], np.array([length]), tokens)[0]
+        assert draft == text[length:length + len(draft)]
+        lengths.append(len(draft))
+    assert lengths[0] < 4 and lengths[-1] == 4
+    proposer.retain_requests(set())  # finished: nothing of it is kept but its output
+    assert proposer.tracked_requests() == set()

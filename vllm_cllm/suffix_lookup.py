@@ -1,0 +1,94 @@
+"""The request's prompt, its output so far and earlier requests' outputs as a draft source,
+through arctic-inference's suffix trees (the library behind vLLM's own ``suffix`` method).
+
+A suffix tree answers "what followed the longest match of the context's last tokens, and how
+often" in microseconds, over every cached output at once, with per-token frequency estimates;
+the numpy lookups of :mod:`vllm_cllm.fill` and :mod:`vllm_cllm.history` see the request's own
+tokens and the last 16 outputs only. ``jacobi`` drafts from this lookup when arctic-inference
+is installed (option ``lookup``).
+
+Which outputs a request may draft from follows :meth:`SelfDraftingProposer.uses_history`: a
+greedy request drafts from every cached greedy output (drafts cannot change a greedy output),
+a sampled one only from its own prompt and output, so that a seeded request gets the same
+drafts, and so the same samples, whatever ran before it. Every tensor-parallel rank calls the
+lookup in the same order, so every rank drafts the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+#: How long a match must be for a long draft: arctic-inference caps a draft at
+#: ``factor * match_length + offset`` tokens and stops at a token whose estimated probability
+#: falls below ``min_token_prob``. Looser than vLLM's ``suffix`` defaults (1.0, 0, 0.1): the
+#: ``jacobi`` rule that sizes drafts (vllm_cllm/acceptance.py) cuts what is unlikely, so the
+#: lookup offers more (first-order replay on 48 gsm problems, README "The lookup").
+SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB = 1.0, 2.0, 0.05
+#: Tokens of context matched against the trees (vLLM's ``suffix_decoding_max_tree_depth``).
+TREE_DEPTH = 24
+
+_EMPTY = np.empty(0, dtype=np.int64)
+
+
+def suffix_tree_missing() -> str | None:
+    """None when arctic-inference's suffix trees can be imported, else why not."""
+    try:
+        from arctic_inference.suffix_decoding import SuffixDecodingCache  # noqa: F401
+    except ImportError as exc:
+        return (f"arctic-inference is not installed ({exc}); "
+                "`pip install 'vllm-cllm[suffix]'` or `pip install arctic-inference`")
+    return None
+
+
+class SuffixTreeLookup:
+    """Two arctic-inference caches: ``shared`` for greedy requests (each one's output joins the
+    global tree that later greedy requests draft from, the last ``max_cached`` kept) and
+    ``private`` for sampled ones (a request's own prompt and output only)."""
+
+    def __init__(self, max_cached: int) -> None:
+        from arctic_inference.suffix_decoding import SuffixDecodingCache
+
+        self.shared = SuffixDecodingCache(TREE_DEPTH, max_cached)
+        self.private = SuffixDecodingCache(TREE_DEPTH, 0)
+        #: request → (its cache, how many of its tokens the cache holds)
+        self.active: dict[str, tuple[Any, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self.active)
+
+    def draft(self, req_id: str, greedy: bool, context: np.ndarray, first_output: int,
+              max_tokens: int) -> np.ndarray:
+        """Up to ``max_tokens`` tokens that follow ``context`` (the request's committed tokens,
+        ``context[first_output:]`` its output) by the longest suffix match.
+
+        A request seen for the first time (or again after preemption) starts with
+        ``context[:first_output]`` as its prompt; later calls add what was committed since.
+        """
+        cache, seen = self.active.get(req_id, (None, 0))
+        if cache is None:
+            cache = self.shared if greedy else self.private
+            if req_id in cache.cached_requests:  # preempted earlier: start it afresh
+                cache.evict_cached_response(req_id)
+            cache.start_request(req_id, np.ascontiguousarray(context[:first_output],
+                                                             dtype=np.int32))
+            seen = first_output
+        if len(context) > seen:
+            cache.add_active_response(req_id, np.ascontiguousarray(context[seen:],
+                                                                   dtype=np.int32))
+        self.active[req_id] = (cache, len(context))
+        if max_tokens <= 0:
+            return _EMPTY
+        found = cache.speculate(req_id, np.ascontiguousarray(context[-TREE_DEPTH:],
+                                                             dtype=np.int32),
+                                max_spec_tokens=max_tokens, max_spec_factor=SPEC_FACTOR,
+                                max_spec_offset=SPEC_OFFSET, min_token_prob=MIN_TOKEN_PROB)
+        return np.asarray(found.token_ids, dtype=np.int64)
+
+    def drop(self, req_id: str) -> None:
+        """The request left the batch (finished, aborted or preempted): forget its prompt; a
+        greedy request's output stays in the shared tree for the requests after it."""
+        cache, _ = self.active.pop(req_id, (None, 0))
+        if cache is not None:
+            cache.stop_request(req_id)
