@@ -3,7 +3,7 @@
 One in-process engine with ``jacobi`` (adaptive, k = 15) on gsm_symbolic problems of a
 validation seed, one request at a time, greedy; then the proposer's table — per candidate
 source, draft position, agreement with the other candidates and how the request's previous
-draft fared: how many tokens were seen and what share was accepted (the 50 % prior taken
+draft fared: how many tokens were seen and what share was accepted (the prior taken
 out) — and how often each source was drafted.
 
     .venv/bin/python benchmarks/acceptance_cells.py --problems 16 --out results/cells.json

@@ -14,7 +14,8 @@ rounds of its tokens/s divided by its baseline's tokens/s in the same round.
 Presets (engines: model label and speculative config; baselines are each model's ``none``):
 ``gsm-b1`` — the bench's batch-1 gsm question (CLLM demo's ``jacobi`` k=15 and adaptive
 against vLLM's ``ngram`` and ``suffix`` on the base model); ``same-model-b1`` — the same
-question with ``suffix`` on the CLLM demo itself; ``zero-draft`` — the CLLM demo
+question with ``suffix`` on the CLLM demo itself; ``tuned-suffix-b1`` — the same with vLLM's
+``suffix`` also at looser settings, on both models; ``zero-draft`` — the CLLM demo
 with adaptive k against no speculation, where adaptive k drafts little or nothing;
 ``cost-model`` (``cost-model-base``) — the adaptive rule's default cost model against the
 earlier fit, on the CLLM demo (the base model).
@@ -36,6 +37,10 @@ from vllm_cllm.engine_pool import EnginePool
 from vllm_cllm.models import model_path
 
 JACOBI = {"method": "jacobi", "num_speculative_tokens": 15}
+#: vLLM's ``suffix`` with drafts as loose as ``jacobi``'s lookup takes them (vLLM exposes no
+#: offset: a longer draft per matched token and a lower per-token probability instead).
+SUFFIX_TUNED_SPEC = {**SUFFIX_SPEC, "suffix_decoding_max_spec_factor": 2.0,
+                     "suffix_decoding_min_token_prob": 0.05}
 PRESETS: dict[str, dict[str, tuple[str, dict[str, Any] | None]]] = {
     "gsm-b1": {
         "base none": ("base", None),
@@ -48,6 +53,14 @@ PRESETS: dict[str, dict[str, tuple[str, dict[str, Any] | None]]] = {
     "same-model-b1": {  # the CLLM's jacobi against vLLM's proposers on the CLLM itself
         "cllm none": ("cllm", None),
         "cllm suffix": ("cllm", SUFFIX_SPEC),
+        "cllm jacobi adaptive k=15": ("cllm", {**JACOBI, "adaptive": True}),
+    },
+    "tuned-suffix-b1": {  # vLLM's suffix with looser settings too, on both models
+        "base none": ("base", None),
+        "base suffix tuned": ("base", SUFFIX_TUNED_SPEC),
+        "cllm none": ("cllm", None),
+        "cllm suffix": ("cllm", SUFFIX_SPEC),
+        "cllm suffix tuned": ("cllm", SUFFIX_TUNED_SPEC),
         "cllm jacobi adaptive k=15": ("cllm", {**JACOBI, "adaptive": True}),
     },
     "cost-model": {  # the adaptive rule's defaults (fit of 2026-11-25) against the earlier fit

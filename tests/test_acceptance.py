@@ -95,7 +95,7 @@ def _learned_proposer(k: int = 4, knee: int = 20) -> JacobiProposer:
 
 def test_proposer_learns_which_candidates_pay_and_frees_their_state():
     """A request whose text repeats: its lookups always agree and are always right, so the
-    proposer, starting from the 50 % prior, comes to draft the full k."""
+    proposer, starting from the 30 % prior, comes to draft the full k."""
     from vllm_cllm.jacobi import matched_prefix
 
     proposer = _learned_proposer(k=4)
@@ -116,3 +116,39 @@ def test_proposer_learns_which_candidates_pay_and_frees_their_state():
     assert lengths[0] < 4 and lengths[-1] == 4
     proposer.retain_requests(set())  # finished: nothing of it is kept but its output
     assert proposer.tracked_requests() == set()
+
+
+def test_a_fresh_engine_under_load_drafts_only_once_its_drafts_have_paid():
+    """Batch 16, from the prior: nothing is drafted (a verify step there is compute-bound);
+    the committed tokens still show that the lookups were right, and drafting starts."""
+    from vllm_cllm.jacobi import matched_prefix
+
+    proposer = _learned_proposer(k=4, knee=24)
+    ids = [f"r{i}" for i in range(16)]
+    text = [3, 4, 5, 6] * 30
+    tokens = np.array([text] * 16)
+    lengths, drafts, made = [8] * 16, [[] for _ in ids], []
+    for _ in range(12):
+        rows = [text[n:n + len(d) + 1] for n, d in zip(lengths, drafts, strict=True)]
+        accepted = [matched_prefix(np.array(d), r[:len(d)]) for d, r in zip(drafts, rows,
+                                                                          strict=True)]
+        proposer.retain_requests(set(ids), set(ids))
+        proposer.predictions = VerifyPredictions(
+            ids, np.concatenate([np.array(r) for r in rows]),
+            np.cumsum([0] + [len(r) for r in rows]))
+        lengths = [n + a + 1 for n, a in zip(lengths, accepted, strict=True)]
+        drafts = proposer.propose([r[:a + 1] for r, a in zip(rows, accepted, strict=True)],
+                                  np.array(lengths), tokens)
+        made.append(sum(len(d) for d in drafts))
+    assert made[0] == 0 and made[-1] > 0
+
+
+def test_the_table_follows_a_change_of_workload():
+    table = TokenAcceptance(LEARNED_SOURCES)
+    lone = {"lookup": _a(1)}
+    cells = table.cells(lone)
+    for _ in range(3000):  # a workload where lone lookups are right
+        table.observe(lone, cells, [1])
+    for _ in range(400):  # then one where they are wrong
+        table.observe(lone, cells, [2])
+    assert table.values(cells)["lookup"][0] < 0.5
