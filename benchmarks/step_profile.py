@@ -2,10 +2,10 @@
 verification, the proposer, and the forward's time by the number of draft tokens it verified.
 
 Wall-clock timers around vLLM's ``GPUModelRunner`` methods (the CPU runner inherits them) and
-this project's capture and proposer, in one in-process engine on the CLLM demo, batch 1,
-greedy, on gsm prompts of the bench's evaluation seed. Each proposer runs in its own process,
-one after another, so compare the per-step components within a run, not the totals across runs
-(this machine drifts).
+this project's capture and proposer, in one in-process engine on the CLLM demo, greedy, on
+gsm prompts of the bench's evaluation seed, one at a time or ``--batch-size`` together. Each
+proposer runs in its own process, one after another, so compare the per-step components
+within a run, not the totals across runs (this machine drifts).
 
     .venv/bin/python benchmarks/step_profile.py --methods "jacobi adaptive" suffix --prompts 4
 """
@@ -25,8 +25,10 @@ from vllm_cllm.bench import SUFFIX_SPEC
 
 FORWARD = "forward (execute_model)"
 #: Printed in this order; the indented ones are parts of the one above them.
-LABELS = (FORWARD, "sampling and verification (sample_tokens)", "  of which jacobi's capture",
-          "proposer (propose_draft_token_ids)", "  of which jacobi's propose")
+#: vLLM 0.32 runs the proposer inside ``sample_tokens``, after sampling and verification.
+LABELS = (FORWARD, "sampling, verification, proposing (sample_tokens)",
+          "  of which jacobi's capture", "  of which the proposer (propose_draft_token_ids)",
+          "    of which jacobi's propose")
 SPECS: dict[str, dict[str, Any] | None] = {
     "none": None,
     "suffix": SUFFIX_SPEC,
@@ -41,6 +43,10 @@ class Timers:
     def __init__(self) -> None:
         self.seconds: collections.Counter[str] = collections.Counter()
         self.forward_by_drafts: dict[int, list[float]] = collections.defaultdict(list)
+        #: Per decode step: requests, requests with drafts, draft tokens, milliseconds of the
+        #: forward and of each wrapped function that ran after it in the same step.
+        self.decode_steps: list[dict[str, float]] = []
+        self.current: dict[str, float] | None = None  # the decode step now running
 
     def wrap(self, owner: Any, name: str, label: str) -> None:
         original = getattr(owner, name)
@@ -50,7 +56,10 @@ class Timers:
             try:
                 return original(*args, **kwargs)
             finally:
-                self.seconds[label] += time.perf_counter() - start
+                seconds = time.perf_counter() - start
+                self.seconds[label] += seconds
+                if self.current is not None:
+                    self.current[label] = self.current.get(label, 0.0) + 1000 * seconds
 
         setattr(owner, name, timed)
 
@@ -59,21 +68,29 @@ class Timers:
 
         def execute_model(runner: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
+            self.current = None
             try:
                 return original(runner, scheduler_output, *args, **kwargs)
             finally:
                 seconds = time.perf_counter() - start
                 self.seconds[FORWARD] += seconds
-                drafts = sum(len(d) for d in
-                             (scheduler_output.scheduled_spec_decode_tokens or {}).values())
-                if scheduler_output.total_num_scheduled_tokens <= 1 + drafts:  # not a prefill
+                spec = scheduler_output.scheduled_spec_decode_tokens or {}
+                drafts = sum(len(d) for d in spec.values())
+                requests = len(scheduler_output.num_scheduled_tokens)
+                if scheduler_output.total_num_scheduled_tokens <= requests + drafts:  # decode
                     self.forward_by_drafts[drafts].append(seconds)
+                    self.current = {"requests": requests,
+                                    "drafting_requests": sum(1 for d in spec.values() if d),
+                                    "draft_tokens": drafts, "forward_ms": 1000 * seconds}
+                    self.decode_steps.append(self.current)
 
         runner_class.execute_model = execute_model
 
 
-def profile(method: str, prompts: int, offset: int, max_tokens: int) -> dict[str, Any]:
-    """One engine with ``method``: per-step milliseconds of each component."""
+def profile(method: str, prompts: int, offset: int, max_tokens: int,
+            batch_size: int = 1) -> dict[str, Any]:
+    """One engine with ``method``: per-step milliseconds of each component, ``prompts`` gsm
+    prompts in batches of ``batch_size`` (a step is one engine step of the whole batch)."""
     from vllm_cllm.runtime import apply_cpu_env
 
     apply_cpu_env()
@@ -83,7 +100,7 @@ def profile(method: str, prompts: int, offset: int, max_tokens: int) -> dict[str
     from vllm_cllm import capture, jacobi
     from vllm_cllm.bench import BenchPlan, prompt_sets
     from vllm_cllm.models import model_path
-    from vllm_cllm.runtime import create_llm, generate_counting_steps
+    from vllm_cllm.runtime import StepCounter, create_llm
 
     timers = Timers()
     timers.wrap_forward(GPUModelRunner)
@@ -99,19 +116,24 @@ def profile(method: str, prompts: int, offset: int, max_tokens: int) -> dict[str
     llm.generate(chosen[:1], SamplingParams(temperature=0, max_tokens=8), use_tqdm=False)
     timers.seconds.clear()
     timers.forward_by_drafts.clear()
+    timers.decode_steps.clear()
     tokens = steps = 0
     start = time.perf_counter()
-    for prompt in chosen:
-        out = generate_counting_steps(llm, [prompt],
-                                      SamplingParams(temperature=0, max_tokens=max_tokens))
-        tokens, steps = tokens + len(out.tokens[0]), steps + out.steps[0]
+    for first in range(0, len(chosen), batch_size):
+        stepping = StepCounter(llm, chosen[first:first + batch_size],
+                               SamplingParams(temperature=0, max_tokens=max_tokens))
+        while stepping.step():
+            steps += 1
+        tokens += sum(len(t) for t in stepping.result().tokens)
     wall = time.perf_counter() - start
-    return {"method": method, "tokens": tokens, "steps": steps, "tokens_per_step": tokens / steps,
+    return {"method": method, "batch_size": batch_size, "tokens": tokens, "steps": steps,
+            "tokens_per_step": tokens / steps,
             "ms_per_step": 1000 * wall / steps,
             "components_ms_per_step": {k: 1000 * v / steps for k, v in timers.seconds.items()},
             "forward_ms_by_drafts": {
                 d: {"steps": len(v), "median_ms": 1000 * sorted(v)[len(v) // 2]}
-                for d, v in sorted(timers.forward_by_drafts.items())}}
+                for d, v in sorted(timers.forward_by_drafts.items())},
+            "decode_steps": timers.decode_steps}
 
 
 def main() -> int:
@@ -121,17 +143,21 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--offset", type=int, default=32, help="first gsm prompt used")
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=1,
+                        help="prompts decoded together (a step is the whole batch's)")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # child process
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(profile(args.one, args.prompts, args.offset, args.max_tokens)))
+        print(json.dumps(profile(args.one, args.prompts, args.offset, args.max_tokens,
+                                 args.batch_size)))
         return 0
     results = []
     for method in args.methods:  # one process each: in-process engines share global state
         child = subprocess.run([sys.executable, __file__, "--one", method, "--prompts",
                                 str(args.prompts), "--offset", str(args.offset),
-                                "--max-tokens", str(args.max_tokens)],
+                                "--max-tokens", str(args.max_tokens),
+                                "--batch-size", str(args.batch_size)],
                                capture_output=True, text=True, check=True)
         results.append(json.loads(child.stdout.strip().splitlines()[-1]))
     for r in results:
