@@ -41,45 +41,45 @@ JACOBI = {"method": "jacobi", "num_speculative_tokens": 15}
 #: offset: a longer draft per matched token and a lower per-token probability instead).
 SUFFIX_TUNED_SPEC = {**SUFFIX_SPEC, "suffix_decoding_max_spec_factor": 2.0,
                      "suffix_decoding_min_token_prob": 0.05}
-PRESETS: dict[str, dict[str, tuple[str, dict[str, Any] | None]]] = {
+ADAPTIVE = {**JACOBI, "adaptive": True}
+Configs = dict[str, tuple[str, dict[str, Any] | None]]
+#: The CLLM's adaptive jacobi against vLLM's proposers on the CLLM itself.
+SAME_MODEL: Configs = {
+    "cllm none": ("cllm", None),
+    "cllm suffix": ("cllm", SUFFIX_SPEC),
+    "cllm jacobi adaptive k=15": ("cllm", ADAPTIVE),
+}
+
+
+def cost_model_configs(model: str) -> Configs:
+    """The adaptive rule's defaults (fit of 2026-11-25) against the earlier fit."""
+    return {f"{model} none": (model, None),
+            f"{model} jacobi adaptive knee=16 floor=25": (model, {**ADAPTIVE, "knee_tokens": 16,
+                                                                  "floor_tokens": 25}),
+            f"{model} jacobi adaptive k=15": (model, ADAPTIVE)}
+
+
+PRESETS: dict[str, Configs] = {
     "gsm-b1": {
         "base none": ("base", None),
         "base ngram k=8": ("base", NGRAM_SPEC),
         "base suffix": ("base", SUFFIX_SPEC),
         "cllm none": ("cllm", None),
         "cllm jacobi k=15": ("cllm", JACOBI),
-        "cllm jacobi adaptive k=15": ("cllm", {**JACOBI, "adaptive": True}),
+        "cllm jacobi adaptive k=15": ("cllm", ADAPTIVE),
     },
-    "same-model-b1": {  # the CLLM's jacobi against vLLM's proposers on the CLLM itself
-        "cllm none": ("cllm", None),
-        "cllm suffix": ("cllm", SUFFIX_SPEC),
-        "cllm jacobi adaptive k=15": ("cllm", {**JACOBI, "adaptive": True}),
-    },
+    "same-model-b1": SAME_MODEL,
     "tuned-suffix-b1": {  # vLLM's suffix with looser settings too, on both models
         "base none": ("base", None),
         "base suffix tuned": ("base", SUFFIX_TUNED_SPEC),
-        "cllm none": ("cllm", None),
-        "cllm suffix": ("cllm", SUFFIX_SPEC),
+        **SAME_MODEL,
         "cllm suffix tuned": ("cllm", SUFFIX_TUNED_SPEC),
-        "cllm jacobi adaptive k=15": ("cllm", {**JACOBI, "adaptive": True}),
     },
-    "cost-model": {  # the adaptive rule's defaults (fit of 2026-11-25) against the earlier fit
-        "cllm none": ("cllm", None),
-        "cllm jacobi adaptive knee=16 floor=25": ("cllm", {**JACOBI, "adaptive": True,
-                                                           "knee_tokens": 16,
-                                                           "floor_tokens": 25}),
-        "cllm jacobi adaptive k=15": ("cllm", {**JACOBI, "adaptive": True}),
-    },
-    "cost-model-base": {  # the same on the base model, where the refit drafts at batch 16
-        "base none": ("base", None),
-        "base jacobi adaptive knee=16 floor=25": ("base", {**JACOBI, "adaptive": True,
-                                                           "knee_tokens": 16,
-                                                           "floor_tokens": 25}),
-        "base jacobi adaptive k=15": ("base", {**JACOBI, "adaptive": True}),
-    },
+    "cost-model": cost_model_configs("cllm"),
+    "cost-model-base": cost_model_configs("base"),  # where the refit drafts at batch 16
     "zero-draft": {
         "cllm none": ("cllm", None),
-        "cllm jacobi adaptive k=15": ("cllm", {**JACOBI, "adaptive": True}),
+        "cllm jacobi adaptive k=15": ("cllm", ADAPTIVE),
     },
 }
 

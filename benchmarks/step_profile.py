@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -38,11 +39,10 @@ SPECS: dict[str, dict[str, Any] | None] = {
 
 
 class Timers:
-    """Seconds spent in each wrapped function, and forward time by draft tokens verified."""
+    """Seconds spent in each wrapped function, and each decode step's own times."""
 
     def __init__(self) -> None:
         self.seconds: collections.Counter[str] = collections.Counter()
-        self.forward_by_drafts: dict[int, list[float]] = collections.defaultdict(list)
         #: Per decode step: requests, requests with drafts, draft tokens, milliseconds of the
         #: forward and of each wrapped function that ran after it in the same step.
         self.decode_steps: list[dict[str, float]] = []
@@ -78,7 +78,6 @@ class Timers:
                 drafts = sum(len(d) for d in spec.values())
                 requests = len(scheduler_output.num_scheduled_tokens)
                 if scheduler_output.total_num_scheduled_tokens <= requests + drafts:  # decode
-                    self.forward_by_drafts[drafts].append(seconds)
                     self.current = {"requests": requests,
                                     "drafting_requests": sum(1 for d in spec.values() if d),
                                     "draft_tokens": drafts, "forward_ms": 1000 * seconds}
@@ -115,7 +114,6 @@ def profile(method: str, prompts: int, offset: int, max_tokens: int,
     chosen = prompt_sets(plan, llm.get_tokenizer())["gsm"][offset:]
     llm.generate(chosen[:1], SamplingParams(temperature=0, max_tokens=8), use_tqdm=False)
     timers.seconds.clear()
-    timers.forward_by_drafts.clear()
     timers.decode_steps.clear()
     tokens = steps = 0
     start = time.perf_counter()
@@ -130,10 +128,17 @@ def profile(method: str, prompts: int, offset: int, max_tokens: int,
             "tokens_per_step": tokens / steps,
             "ms_per_step": 1000 * wall / steps,
             "components_ms_per_step": {k: 1000 * v / steps for k, v in timers.seconds.items()},
-            "forward_ms_by_drafts": {
-                d: {"steps": len(v), "median_ms": 1000 * sorted(v)[len(v) // 2]}
-                for d, v in sorted(timers.forward_by_drafts.items())},
+            "forward_ms_by_drafts": forward_ms_by_drafts(timers.decode_steps),
             "decode_steps": timers.decode_steps}
+
+
+def forward_ms_by_drafts(decode_steps: list[dict[str, float]]) -> dict[int, dict[str, float]]:
+    """Per number of draft tokens verified: decode steps and their median forward time."""
+    by_drafts: dict[int, list[float]] = collections.defaultdict(list)
+    for step in decode_steps:
+        by_drafts[int(step["draft_tokens"])].append(step["forward_ms"])
+    return {d: {"steps": len(v), "median_ms": statistics.median(v)}
+            for d, v in sorted(by_drafts.items())}
 
 
 def main() -> int:

@@ -28,6 +28,8 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 #: Prior of a request with no history: first draft token accepted half the time, and each
 #: later one, given the previous was accepted, half the time.
 PRIOR_FIRST, PRIOR_CONTINUE = 0.5, 0.5
@@ -89,9 +91,13 @@ def geometric_values(first: float, cont: float, room: int) -> list[float]:
     return [first * cont ** j for j in range(room)]
 
 
-def step_cost(query_tokens: float, knee_tokens: float, floor_tokens: float = 0.0) -> float:
+def step_cost(query_tokens: float | np.ndarray, knee_tokens: float, floor_tokens: float = 0.0
+              ) -> float | np.ndarray:
     """What a verify step over ``query_tokens`` costs, in one-query-token units (the module's
-    cost model)."""
+    cost model); element-wise for an array of token counts (one call per candidate, not one
+    per position, on the proposer's per-step path)."""
+    if isinstance(query_tokens, np.ndarray):
+        return np.maximum(floor_tokens, knee_tokens + query_tokens)
     return max(floor_tokens, knee_tokens + query_tokens)
 
 

@@ -183,9 +183,10 @@ def best_candidate(values: dict[str, np.ndarray], knee_tokens: float, floor_toke
     for name, value in values.items():
         if not len(value):
             continue
-        costs = [step_cost(1 + SPEC_STEP_OVERHEAD_PER_REQUEST + n, knee_tokens, floor_tokens)
-                 for n in range(1, len(value) + 1)]
-        rate = float(((1 + np.cumsum(value)) / np.asarray(costs)).max())
+        drafted = np.arange(1, len(value) + 1)
+        costs = step_cost(1 + SPEC_STEP_OVERHEAD_PER_REQUEST + drafted, knee_tokens,
+                          floor_tokens)
+        rate = float(((1 + np.cumsum(value)) / costs).max())
         if rate > best_rate:
             best, best_rate = name, rate
     return best
