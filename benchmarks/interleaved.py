@@ -18,7 +18,8 @@ question with ``suffix`` on the CLLM demo itself; ``tuned-suffix-b1`` — the sa
 ``suffix`` also at looser settings, on both models; ``zero-draft`` — the CLLM demo
 with adaptive k against no speculation, where adaptive k drafts little or nothing;
 ``cost-model`` (``cost-model-base``) — the adaptive rule's default cost model against the
-earlier fit, on the CLLM demo (the base model).
+earlier fit, on the CLLM demo (the base model); ``token-margin`` — adaptive k at the default
+``token_margin_pct`` against 0 % and 60 %, on the CLLM demo.
 """
 
 from __future__ import annotations
@@ -59,6 +60,15 @@ def cost_model_configs(model: str) -> Configs:
             f"{model} jacobi adaptive k=15": (model, ADAPTIVE)}
 
 
+def token_margin_configs(model: str, margins: tuple[int, ...] = (0, 60)) -> Configs:
+    """Adaptive k at the default per-token margin (``token_margin_pct``) against others."""
+    return {f"{model} none": (model, None),
+            f"{model} jacobi adaptive k=15": (model, ADAPTIVE),
+            **{f"{model} jacobi adaptive margin={m}%": (model, {**ADAPTIVE,
+                                                               "token_margin_pct": m})
+               for m in margins}}
+
+
 PRESETS: dict[str, Configs] = {
     "gsm-b1": {
         "base none": ("base", None),
@@ -77,6 +87,7 @@ PRESETS: dict[str, Configs] = {
     },
     "cost-model": cost_model_configs("cllm"),
     "cost-model-base": cost_model_configs("base"),  # where the refit drafts at batch 16
+    "token-margin": token_margin_configs("cllm"),
     "zero-draft": {
         "cllm none": ("cllm", None),
         "cllm jacobi adaptive k=15": ("cllm", ADAPTIVE),

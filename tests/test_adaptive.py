@@ -9,9 +9,12 @@ import numpy as np
 import torch
 
 from vllm_cllm.adaptive import (
+    MAX_IDLE_STEPS,
     SPEC_STEP_OVERHEAD_PER_REQUEST,
     AcceptanceRate,
+    IdleBackoff,
     draft_lengths,
+    drafts_cost_time,
     geometric_values,
     step_cost,
 )
@@ -160,3 +163,25 @@ def test_a_batch_that_drafts_nothing_makes_no_drafts():
 def test_step_cost_is_flat_below_the_floor_and_linear_above():
     assert step_cost(1, 24, 28) == step_cost(4, 24, 28) == 28  # extra query tokens come free
     assert step_cost(16, 24, 28) - step_cost(15, 24, 28) == 1  # then each costs one unit
+
+
+def test_back_off_only_where_drafts_cost_time():
+    assert not drafts_cost_time(1, 24, 28) and not drafts_cost_time(4, 24, 28)  # this CPU
+    assert drafts_cost_time(8, 24, 28) and drafts_cost_time(16, 24, 28)
+    assert not drafts_cost_time(16, 256, 0) and drafts_cost_time(128, 256, 0)  # a GPU
+
+
+def test_a_request_that_drafted_nothing_waits_longer_each_time():
+    idle, waits = IdleBackoff(), []
+    for _ in range(6):
+        assert idle.due()
+        idle.record(drafted=False)
+        skipped = 0
+        while not idle.due():
+            skipped += 1
+        waits.append(skipped)
+        idle.skip = 0  # due() above consumed the build; record again next round
+    assert waits[:4] == [1, 2, 4, 8] and max(waits) == MAX_IDLE_STEPS
+    idle.record(drafted=True)
+    assert idle.due()  # a draft starts it over: candidates again next step
+

@@ -17,6 +17,9 @@ def test_defaults_and_valid_options():
     assert adaptive.adaptive and adaptive.knee_tokens == 64
     defaults = parse_options({"method": "jacobi", "num_speculative_tokens": 8}, max_k=128)
     assert (defaults.knee_tokens, defaults.floor_tokens) == (24, 28)  # the CPU platform's
+    assert defaults.token_margin_pct == 30 and parse_options(
+        {"method": "jacobi", "num_speculative_tokens": 8, "adaptive": True,
+         "token_margin_pct": 0}, max_k=128).token_margin_pct == 0
     # the numpy history is kept only where the fill drafts from it
     assert opts.history_in_use == 0
     assert parse_options({"method": "jacobi", "num_speculative_tokens": 8, "lookup": "ngram"},
@@ -53,6 +56,10 @@ def test_defaults_and_valid_options():
      ["knee_tokens", "adaptive"]),
     ({"method": "jacobi", "num_speculative_tokens": 4, "floor_tokens": 8},
      ["floor_tokens", "adaptive"]),
+    ({"method": "jacobi", "num_speculative_tokens": 4, "token_margin_pct": 50},
+     ["token_margin_pct", "adaptive"]),
+    ({"method": "jacobi", "num_speculative_tokens": 4, "adaptive": True,
+      "token_margin_pct": 1001}, ["token_margin_pct", "[0, 1000]"]),
     ({"method": "space", "num_speculative_tokens": 4, "adaptive": True,
       "mask_token_id": 3}, ["'adaptive'", "allowed"]),
     # options a fill does not use are refused, not silently dropped

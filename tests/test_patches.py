@@ -90,3 +90,23 @@ def test_ray_on_cpu_is_opt_in_and_keeps_the_users_runtime_env(monkeypatch):
     mine = {"worker_process_setup_hook": "my.hook"}
     assert ray_cpu._with_setup_hook(mine) == mine
     assert ray_cpu.patch_group().missing() == []
+
+
+def test_a_step_without_drafts_is_sampled_plainly_only_for_our_drafters():
+    """``patches/undrafted_step.py``: no draft token in the step and one of our drafters →
+    no spec-decode metadata (vLLM's plain sampler); otherwise vLLM's result untouched."""
+    from types import SimpleNamespace
+
+    from vllm_cllm.capture import VerifyObserver
+    from vllm_cllm.patches import undrafted_step
+
+    assert undrafted_step.patch_group().missing() == []  # the installed vLLM has the hooks
+    metadata = SimpleNamespace(num_draft_tokens=[0, 0])
+    wrapped = undrafted_step._wrap_prepare_inputs(
+        lambda self, scheduler_output, n: ("indices", metadata, 1, n))
+    ours, theirs = SimpleNamespace(drafter=VerifyObserver()), SimpleNamespace(drafter=object())
+    undrafted = SimpleNamespace(scheduled_spec_decode_tokens={})
+    drafted = SimpleNamespace(scheduled_spec_decode_tokens={"r0": [5, 6]})
+    assert wrapped(ours, undrafted, 2) == ("indices", None, 1, 2)
+    assert wrapped(ours, drafted, 2) == ("indices", metadata, 1, 2)
+    assert wrapped(theirs, undrafted, 2) == ("indices", metadata, 1, 2)

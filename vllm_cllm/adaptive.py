@@ -42,6 +42,50 @@ SPEC_STEP_OVERHEAD_PER_REQUEST = 0.25
 #: luckiest, so their estimates overstate the next draft (the winner's curse): on the base
 #: model at batch 16 drafts chosen with no margin ran 0.93-0.96x of plain decoding.
 DRAFT_MARGIN = 0.1
+#: Default of the option ``token_margin_pct``: each draft token's expected yield counts
+#: ``1 / (1 + margin)`` of its estimate, so where a token costs time (above the floor) it is
+#: drafted only if it beats its cost by that much. Below the floor (batch 1's first few
+#: tokens) nothing changes. In lock step on the CLLM demo (2026-11-25, README "Batch 16"):
+#: batch 16 0.99x against 0.98x with no margin (gsm, 10 rounds) and 0.97x against 0.96x
+#: (ShareGPT, 8 rounds); batch 1 (gsm, 12 rounds) 2.51 tokens per verify step either way.
+TOKEN_MARGIN_PCT = 30
+
+
+#: Where drafting costs time (:func:`drafts_cost_time`), a request whose candidates were
+#: built but not drafted gets none built for the next 1, 2, 4, then at most this many steps.
+#: Building them (lookups, n-gram search, acceptance cells) costs ~0.16 ms per request and
+#: step here, 4-5 % of a batch-16 step, paid whether anything is drafted or not; at batch 16
+#: most requests draft nothing for long stretches (README, "Batch 16").
+MAX_IDLE_STEPS = 8
+
+
+def drafts_cost_time(batch: int, knee_tokens: float, floor_tokens: float) -> bool:
+    """Whether the device is compute-bound at this batch: its own query tokens fill the
+    floor and make up a quarter of the step's cost or more, so every draft token costs a
+    good part of what a request's step does (batch 8 and 16 on this CPU; not batch 1 or 4,
+    nor a GPU below ~86 requests)."""
+    return knee_tokens + batch > floor_tokens and 3 * batch >= knee_tokens
+
+
+@dataclass
+class IdleBackoff:
+    """Per request: how many steps it still waits before its candidates are built again,
+    and how long it waited last (doubled after every build that drafted nothing)."""
+
+    skip: int = 0
+    wait: int = 0
+
+    def due(self) -> bool:
+        """Whether to build this step's candidates (else one step less to wait)."""
+        if self.skip > 0:
+            self.skip -= 1
+            return False
+        return True
+
+    def record(self, drafted: bool) -> None:
+        """After a step whose candidates were built: start over if they were drafted."""
+        self.wait = 0 if drafted else min(MAX_IDLE_STEPS, max(1, 2 * self.wait))
+        self.skip = self.wait
 
 
 @dataclass
@@ -104,7 +148,7 @@ def step_cost(query_tokens: float | np.ndarray, knee_tokens: float, floor_tokens
 def draft_lengths(values: Sequence[Sequence[float]], rooms: list[int], knee_tokens: float,
                   floor_tokens: float = 0.0,
                   overhead_per_request: float = SPEC_STEP_OVERHEAD_PER_REQUEST,
-                  margin: float = DRAFT_MARGIN) -> list[int]:
+                  margin: float = DRAFT_MARGIN, token_margin: float = 0.0) -> list[int]:
     """Draft tokens per request that maximise expected committed tokens per step cost.
 
     ``values[i][j]`` is the expected number of tokens that request i's draft position j + 1
@@ -116,7 +160,8 @@ def draft_lengths(values: Sequence[Sequence[float]], rooms: list[int], knee_toke
     the values of one request decrease with j; below the floor any positive value raises it;
     above, an item raises it exactly when its value exceeds it, and once one fails no later
     one (worth less) can pass. Drafting is then kept only if it beats not drafting at all by
-    ``margin`` (relative).
+    ``margin`` (relative). Each value counts ``1 / (1 + token_margin)`` of itself
+    (:data:`TOKEN_MARGIN_PCT`).
     """
     batch = len(values)
     lengths = [0] * batch
@@ -128,12 +173,13 @@ def draft_lengths(values: Sequence[Sequence[float]], rooms: list[int], knee_toke
         return step_cost(tokens, knee_tokens, floor_tokens)
 
     plain = batch / cost(batch)
+    trust = 1.0 / (1.0 + token_margin)
     gain, tokens = float(batch), batch * (1 + overhead_per_request)
     heap = [(-float(values[i][0]), i) for i in range(batch) if caps[i] > 0 and values[i][0] > 0]
     heapq.heapify(heap)
     while heap:
         neg_value, i = heapq.heappop(heap)
-        value = -neg_value
+        value = -neg_value * trust
         if (gain + value) / cost(tokens + 1) <= gain / cost(tokens):
             break
         lengths[i] += 1

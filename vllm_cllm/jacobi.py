@@ -18,7 +18,9 @@ from vllm_cllm.acceptance import HIT, MISSED, UNDRAFTED, Cells, TokenAcceptance
 from vllm_cllm.adaptive import (
     SPEC_STEP_OVERHEAD_PER_REQUEST,
     AcceptanceRate,
+    IdleBackoff,
     draft_lengths,
+    drafts_cost_time,
     step_cost,
 )
 from vllm_cllm.capture import SelfDraftingProposer, VerifyPredictions
@@ -171,13 +173,16 @@ class JacobiRequest:
     cells: Cells = field(default_factory=dict)
     #: how its last draft fared (vllm_cllm/acceptance.py: MISSED, HIT, UNDRAFTED)
     previous: int = UNDRAFTED
+    #: adaptive ``hybrid`` at a batch where drafts cost time: steps until candidates again
+    idle: IdleBackoff = field(default_factory=IdleBackoff)
 
 
-def best_candidate(values: dict[str, np.ndarray], knee_tokens: float, floor_tokens: float
-                   ) -> str | None:
+def best_candidate(values: dict[str, np.ndarray], knee_tokens: float, floor_tokens: float,
+                   token_margin: float = 0.0) -> str | None:
     """The candidate whose best prefix promises the most tokens per step cost for a request
     on its own (the cost model of vllm_cllm/adaptive.py); None if none beats drafting
-    nothing. :func:`draft_lengths` then sizes the chosen one against the rest of the batch."""
+    nothing (each value counting ``1 / (1 + token_margin)`` of itself, as there).
+    :func:`draft_lengths` then sizes the chosen one against the rest of the batch."""
     plain = 1.0 / step_cost(1, knee_tokens, floor_tokens)
     best, best_rate = None, plain
     for name, value in values.items():
@@ -186,7 +191,7 @@ def best_candidate(values: dict[str, np.ndarray], knee_tokens: float, floor_toke
         drafted = np.arange(1, len(value) + 1)
         costs = step_cost(1 + SPEC_STEP_OVERHEAD_PER_REQUEST + drafted, knee_tokens,
                           floor_tokens)
-        rate = float(((1 + np.cumsum(value)) / costs).max())
+        rate = float(((1 + np.cumsum(value) / (1 + token_margin)) / costs).max())
         if rate > best_rate:
             best, best_rate = name, rate
     return best
@@ -225,6 +230,7 @@ class JacobiProposer(SelfDraftingProposer):
         #: adaptive ``hybrid``: how often each kind of candidate token gets accepted
         self.acceptance = TokenAcceptance(LEARNED_SOURCES)
         self.learned = self.options.adaptive and self.options.fill == "hybrid"
+        self.token_margin = self.options.token_margin_pct / 100
 
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray,
                 token_ids_cpu: np.ndarray, *args: Any, **kwargs: Any) -> list[list[int]]:
@@ -258,7 +264,8 @@ class JacobiProposer(SelfDraftingProposer):
 
     def _lengths(self, rates: list[AcceptanceRate], rooms: list[int]) -> list[int]:
         return draft_lengths([rate.values(room) for rate, room in zip(rates, rooms, strict=True)],
-                             rooms, self.options.knee_tokens, self.options.floor_tokens)
+                             rooms, self.options.knee_tokens, self.options.floor_tokens,
+                             token_margin=self.token_margin)
 
     def _propose_learned(self, sampled_token_ids: list[list[int]], rooms: list[int],
                          states: list[JacobiRequest | None], predictions: VerifyPredictions,
@@ -266,26 +273,33 @@ class JacobiProposer(SelfDraftingProposer):
                          ) -> list[np.ndarray]:
         """Adaptive ``hybrid``: per request the candidate whose tokens promise the most
         (:func:`best_candidate`), each token valued by :attr:`acceptance`; then every chosen
-        candidate sized against the batch by the cost model (:func:`draft_lengths`)."""
+        candidate sized against the batch by the cost model (:func:`draft_lengths`). Where
+        drafts cost time, a request that drafted nothing waits a few steps before its
+        candidates are built again (:class:`~vllm_cllm.adaptive.IdleBackoff`)."""
         knee, floor = self.options.knee_tokens, self.options.floor_tokens
-        chosen, values = [], []
+        backoff = drafts_cost_time(len(rooms), knee, floor)
+        chosen, values, built = [], [], []
         for i, (sampled, room, state) in enumerate(zip(sampled_token_ids, rooms, states,
                                                        strict=True)):
-            if not room or state is None:
+            if not room or state is None or (backoff and not state.idle.due()):
                 chosen.append(_EMPTY)
                 values.append(())
                 continue
+            built.append(i)
             context = token_ids_cpu[i, :int(num_tokens_no_spec[i])]
             state.candidates = self._candidates(i, sampled, room, predictions, context)
             state.cells = self.acceptance.cells(state.candidates, state.previous)
             value = self.acceptance.values(state.cells)
-            name = best_candidate(value, knee, floor)
+            name = best_candidate(value, knee, floor, self.token_margin)
             chosen.append(_EMPTY if name is None else state.candidates[name])
             values.append(() if name is None else value[name])
-        lengths = draft_lengths(values, rooms, knee, floor)
+        lengths = draft_lengths(values, rooms, knee, floor, token_margin=self.token_margin)
         for state, n in zip(states, lengths, strict=True):
             if state is not None:
                 state.rate.last_drafted = n
+        if backoff:
+            for i in built:
+                states[i].idle.record(lengths[i] > 0)
         return [draft[:n] for draft, n in zip(chosen, lengths, strict=True)]
 
     def _candidates(self, i: int, sampled: list[int], room: int, predictions: VerifyPredictions,

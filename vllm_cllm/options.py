@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from vllm_cllm.adaptive import TOKEN_MARGIN_PCT
 from vllm_cllm.errors import ConfigError
 
 #: Methods this plugin adds, with the proposer class each one maps to (vLLM's custom_class hook).
@@ -24,7 +25,7 @@ SPACE_FILL_POLICIES = ("hybrid", "ngram", "masks", "tail")
 #: Options each method accepts besides num_speculative_tokens.
 METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
     "jacobi": ("fill", "ngram_min", "ngram_max", "seed", "adaptive", "knee_tokens",
-               "floor_tokens", "pool_size", "history_size", "lookup"),
+               "floor_tokens", "token_margin_pct", "pool_size", "history_size", "lookup"),
     "space": ("fill", "ngram_min", "ngram_max", "history_size", "mask_token_id"),
 }
 
@@ -45,7 +46,7 @@ DEFAULT_HISTORY = {"suffix": 1024, "ngram": 16}
 MAX_HISTORY = {"suffix": 1 << 20, "ngram": 256}
 
 #: Options of the adaptive rule: given without ``adaptive: true`` they are refused.
-ADAPTIVE_OPTIONS = ("knee_tokens", "floor_tokens")
+ADAPTIVE_OPTIONS = ("knee_tokens", "floor_tokens", "token_margin_pct")
 
 #: Keys the plugin sets itself in vLLM's SpeculativeConfig.
 OWN_KEYS = {"method", "num_speculative_tokens", "model"}
@@ -78,6 +79,9 @@ class ProposerOptions:
     knee_tokens / floor_tokens: the adaptive cost model — a verify step over N query tokens
       costs ``max(floor_tokens, knee_tokens + N)`` one-token units (defaults: 24 / 28 on CPU,
       fitted by benchmarks/step_cost.py; 256 / 0 on GPUs). Refused without ``adaptive``.
+    token_margin_pct: by how much (percent) a draft token's expected yield must exceed what
+      it costs under that model (vllm_cllm/adaptive.py ``TOKEN_MARGIN_PCT``, default 30).
+      Tokens below the floor cost nothing and are unaffected; refused without ``adaptive``.
     pool_size: with ``hybrid``, how many of the request's recent Jacobi iterates are kept as a
       draft source (Lookahead's n-gram pool, Jacobi Forcing's rejection recycling); 0 turns it
       off.
@@ -104,6 +108,7 @@ class ProposerOptions:
     adaptive: bool = False
     knee_tokens: int = 24
     floor_tokens: int = 28
+    token_margin_pct: int = TOKEN_MARGIN_PCT
     pool_size: int = 8
     history_size: int = 16
     lookup: str = "ngram"
@@ -189,6 +194,8 @@ def parse_options(spec: dict[str, Any], max_k: int, hf_config: Any = None) -> Pr
     default_knee, default_floor = default_cost_model()
     knee_tokens = _int_in("knee_tokens", spec.get("knee_tokens", default_knee), 1, 1 << 20)
     floor_tokens = _int_in("floor_tokens", spec.get("floor_tokens", default_floor), 0, 1 << 20)
+    token_margin_pct = _int_in("token_margin_pct",
+                               spec.get("token_margin_pct", TOKEN_MARGIN_PCT), 0, 1000)
     pool_size = _int_in("pool_size", spec.get("pool_size", ProposerOptions.pool_size), 0, 64)
     lookup = _lookup(spec) if method == "jacobi" and fill == "hybrid" else "ngram"
     history_size = _int_in("history_size", spec.get("history_size", DEFAULT_HISTORY[lookup]),
@@ -197,7 +204,8 @@ def parse_options(spec: dict[str, Any], max_k: int, hf_config: Any = None) -> Pr
     return ProposerOptions(method=method, num_speculative_tokens=k, fill=fill,
                            ngram_min=ngram_min, ngram_max=ngram_max, seed=seed,
                            adaptive=adaptive, knee_tokens=knee_tokens,
-                           floor_tokens=floor_tokens, pool_size=pool_size,
+                           floor_tokens=floor_tokens, token_margin_pct=token_margin_pct,
+                           pool_size=pool_size,
                            history_size=history_size, lookup=lookup,
                            mask_token_id=mask_token_id)
 

@@ -19,9 +19,9 @@ def register() -> None:
 
 def apply_worker_patches() -> None:
     """Route verify logits to our proposers; raises UnsupportedVllmError if vLLM lacks a hook."""
-    from vllm_cllm.patches import apply_groups, cpu_expand_dtype, verify_capture
+    from vllm_cllm.patches import apply_groups, cpu_expand_dtype, undrafted_step, verify_capture
 
-    groups = [verify_capture.patch_group()]
+    groups = [verify_capture.patch_group(), undrafted_step.patch_group()]
     if cpu_expand_dtype.needed():
         groups.append(cpu_expand_dtype.patch_group())
     apply_groups(groups)
