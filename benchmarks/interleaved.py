@@ -52,21 +52,19 @@ SAME_MODEL: Configs = {
 }
 
 
-def cost_model_configs(model: str) -> Configs:
-    """The adaptive rule's defaults (fit of 2026-11-25) against the earlier fit."""
-    return {f"{model} none": (model, None),
-            f"{model} jacobi adaptive knee=16 floor=25": (model, {**ADAPTIVE, "knee_tokens": 16,
-                                                                  "floor_tokens": 25}),
-            f"{model} jacobi adaptive k=15": (model, ADAPTIVE)}
-
-
-def token_margin_configs(model: str, margins: tuple[int, ...] = (0, 60)) -> Configs:
-    """Adaptive k at the default per-token margin (``token_margin_pct``) against others."""
+def adaptive_variants(model: str, variants: dict[str, dict[str, Any]]) -> Configs:
+    """``model`` without speculation, with adaptive k at its defaults, and with adaptive k at
+    each variant's options (labelled by the variant's name)."""
     return {f"{model} none": (model, None),
             f"{model} jacobi adaptive k=15": (model, ADAPTIVE),
-            **{f"{model} jacobi adaptive margin={m}%": (model, {**ADAPTIVE,
-                                                               "token_margin_pct": m})
-               for m in margins}}
+            **{f"{model} jacobi adaptive {label}": (model, {**ADAPTIVE, **options})
+               for label, options in variants.items()}}
+
+
+#: The adaptive rule's defaults (fit of 2026-11-25) against the earlier fit.
+EARLIER_FIT = {"knee=16 floor=25": {"knee_tokens": 16, "floor_tokens": 25}}
+#: The default per-token margin (``token_margin_pct``) against others.
+MARGINS = {f"margin={m}%": {"token_margin_pct": m} for m in (0, 60)}
 
 
 PRESETS: dict[str, Configs] = {
@@ -85,13 +83,10 @@ PRESETS: dict[str, Configs] = {
         **SAME_MODEL,
         "cllm suffix tuned": ("cllm", SUFFIX_TUNED_SPEC),
     },
-    "cost-model": cost_model_configs("cllm"),
-    "cost-model-base": cost_model_configs("base"),  # where the refit drafts at batch 16
-    "token-margin": token_margin_configs("cllm"),
-    "zero-draft": {
-        "cllm none": ("cllm", None),
-        "cllm jacobi adaptive k=15": ("cllm", ADAPTIVE),
-    },
+    "cost-model": adaptive_variants("cllm", EARLIER_FIT),
+    "cost-model-base": adaptive_variants("base", EARLIER_FIT),  # the refit drafts at batch 16
+    "token-margin": adaptive_variants("cllm", MARGINS),
+    "zero-draft": adaptive_variants("cllm", {}),
 }
 
 

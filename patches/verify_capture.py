@@ -19,14 +19,15 @@ from vllm_cllm.capture import VerifyObserver
 from . import PatchGroup, Wrap, has_params
 
 
-def _observer(runner: Any) -> VerifyObserver | None:
+def observer_of(runner: Any) -> VerifyObserver | None:
+    """The runner's drafter if it is one of this project's proposers, else None."""
     drafter = getattr(runner, "drafter", None)
     return drafter if isinstance(drafter, VerifyObserver) else None
 
 
 def _wrap_sample(original):
     def _sample(self, logits, spec_decode_metadata, *args: Any, **kwargs: Any):
-        observer = _observer(self)
+        observer = observer_of(self)
         if observer is not None and logits is not None:
             # Before the original: sampling may rewrite the logits in place (temperature,
             # top-k/p masks, noise), and the draft must not depend on the sampler's randomness.
@@ -40,7 +41,7 @@ def _wrap_sample(original):
 def _wrap_update_states(original):
     def _update_states(self, scheduler_output, *args: Any, **kwargs: Any):
         result = original(self, scheduler_output, *args, **kwargs)
-        observer = _observer(self)
+        observer = observer_of(self)
         if observer is not None:
             observer.retain_requests(set(self.input_batch.req_ids),
                                      set(self.input_batch.greedy_reqs))

@@ -162,8 +162,8 @@ class VerifyObserver:
                              req_ids: list[str]) -> None:
         if spec_decode_metadata is None or not any(spec_decode_metadata.num_draft_tokens):
             # No request drafted: every row is just the sampled token, with no tail to shift
-            # (adaptive k at a large batch; vLLM 0.32 still builds the metadata): nothing to
-            # compute on the device.
+            # (adaptive k at a large batch; patches/undrafted_step.py passes no metadata
+            # then, a caller without that patch all-zero drafts): nothing to compute.
             self.predictions = VerifyPredictions.without_drafts(req_ids)
             return
         num_drafts = list(spec_decode_metadata.num_draft_tokens)
