@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vllm_cllm.acceptance import HIT, MISSED, PRIOR_RATE, PRIOR_TRIALS, UNDRAFTED
+from vllm_cllm.benchmarking import write_json
 
 PREVIOUS = {MISSED: "missed", HIT: "hit", UNDRAFTED: "none drafted"}
 
@@ -80,9 +79,7 @@ def main() -> int:
         if c["position"] == 0 and c["seen"] >= 10:
             print(f"| {c['source']} | {c['position']} | {c['agreeing']} | {c['previous']} | "
                   f"{c['seen']:.0f} | {c['accepted']:.2f} |")
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=1))
+    write_json(args.out, result)
     return 0
 
 

@@ -19,7 +19,8 @@ question with ``suffix`` on the CLLM demo itself; ``tuned-suffix-b1`` — the sa
 with adaptive k against no speculation, where adaptive k drafts little or nothing;
 ``cost-model`` (``cost-model-base``) — the adaptive rule's default cost model against the
 earlier fit, on the CLLM demo (the base model); ``token-margin`` — adaptive k at the default
-``token_margin_pct`` against 0 % and 60 %, on the CLLM demo.
+``token_margin_pct`` against 0 % and 60 %, on the CLLM demo; ``both-models`` — adaptive k
+against no speculation on the base model and the CLLM demo.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ PRESETS: dict[str, Configs] = {
     "cost-model-base": adaptive_variants("base", EARLIER_FIT),  # the refit drafts at batch 16
     "token-margin": adaptive_variants("cllm", MARGINS),
     "zero-draft": adaptive_variants("cllm", {}),
+    "both-models": {**adaptive_variants("base", {}), **adaptive_variants("cllm", {})},
 }
 
 

@@ -9,10 +9,8 @@ import numpy as np
 import torch
 
 from vllm_cllm.adaptive import (
-    MAX_IDLE_STEPS,
     SPEC_STEP_OVERHEAD_PER_REQUEST,
     AcceptanceRate,
-    IdleBackoff,
     draft_lengths,
     drafts_cost_time,
     geometric_values,
@@ -165,21 +163,7 @@ def test_step_cost_is_flat_below_the_floor_and_linear_above():
     assert step_cost(16, 24, 28) - step_cost(15, 24, 28) == 1  # then each costs one unit
 
 
-def test_back_off_only_where_drafts_cost_time():
+def test_drafts_cost_time_at_batch_8_and_16_on_this_cpu():
     assert not drafts_cost_time(1, 24, 28) and not drafts_cost_time(4, 24, 28)  # this CPU
     assert drafts_cost_time(8, 24, 28) and drafts_cost_time(16, 24, 28)
     assert not drafts_cost_time(16, 256, 0) and drafts_cost_time(128, 256, 0)  # a GPU
-
-
-def test_a_request_that_drafted_nothing_waits_longer_each_time():
-    idle, waits = IdleBackoff(), []
-    for _ in range(6):
-        assert idle.due()
-        idle.record(drafted=False)
-        skipped = 0
-        while not idle.due():
-            skipped += 1
-        waits.append(skipped)
-    assert waits[:4] == [1, 2, 4, 8] and max(waits) == MAX_IDLE_STEPS
-    idle.record(drafted=True)
-    assert idle.due()  # a draft starts it over: candidates again next step

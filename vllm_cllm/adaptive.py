@@ -18,8 +18,11 @@ far — never timings, so every tensor-parallel rank drafts the same thing:
 * positions are added best first while each one raises the step's expected tokens per cost,
   and the result is kept only if it beats drafting nothing by a margin (10 %: the requests
   that look best are partly the luckiest). At batch 1 the first ~2 draft
-  tokens are free and longer drafts pay when runs keep being accepted; at batch 16 the bar
-  starts near ``16 / (knee + 16)`` and only requests whose drafts keep getting accepted draft.
+  tokens are free and longer drafts pay when runs keep being accepted;
+* where the batch's own tokens make the device compute-bound (:func:`drafts_cost_time`:
+  batch 8 and 16 on this CPU, a GPU only from ~86 requests) nothing is drafted: each draft
+  token costs a good part of a request's step there, and in a closed batch only the slowest
+  request's gain ends it sooner (README, "Batch 16"), so vLLM runs the step as plain decoding.
 """
 
 from __future__ import annotations
@@ -48,44 +51,18 @@ DRAFT_MARGIN = 0.1
 #: tokens) nothing changes. In lock step on the CLLM demo (2026-11-25, README "Batch 16"):
 #: batch 16 0.99x against 0.98x with no margin (gsm, 10 rounds) and 0.97x against 0.96x
 #: (ShareGPT, 8 rounds); batch 1 (gsm, 12 rounds) 2.51 tokens per verify step either way.
+#: Since batch 8 and up draft nothing here (:func:`drafts_cost_time`) it acts past the floor
+#: at smaller batches (batch 5-7, a long draft at batch 1-4) and on a GPU below ~86 requests.
 TOKEN_MARGIN_PCT = 30
-
-
-#: Where drafting costs time (:func:`drafts_cost_time`), a request whose candidates were
-#: built but not drafted gets none built for the next 1, 2, 4, then at most this many steps.
-#: Building them (lookups, n-gram search, acceptance cells) costs ~0.16 ms per request and
-#: step here, 4-5 % of a batch-16 step, paid whether anything is drafted or not; at batch 16
-#: most requests draft nothing for long stretches (README, "Batch 16").
-MAX_IDLE_STEPS = 8
 
 
 def drafts_cost_time(batch: int, knee_tokens: float, floor_tokens: float) -> bool:
     """Whether the device is compute-bound at this batch: its own query tokens fill the
     floor and make up a quarter of the step's cost or more, so every draft token costs a
     good part of what a request's step does (batch 8 and 16 on this CPU; not batch 1 or 4,
-    nor a GPU below ~86 requests)."""
+    nor a GPU below ~86 requests). Adaptive k drafts nothing there (the proposer's
+    ``_propose_nothing``, vllm_cllm/jacobi.py)."""
     return knee_tokens + batch > floor_tokens and 3 * batch >= knee_tokens
-
-
-@dataclass
-class IdleBackoff:
-    """Per request: how many steps it still waits before its candidates are built again,
-    and how long it waited last (doubled after every build that drafted nothing)."""
-
-    skip: int = 0
-    wait: int = 0
-
-    def due(self) -> bool:
-        """Whether to build this step's candidates (else one step less to wait)."""
-        if self.skip > 0:
-            self.skip -= 1
-            return False
-        return True
-
-    def record(self, drafted: bool) -> None:
-        """After a step whose candidates were built: start over if they were drafted."""
-        self.wait = 0 if drafted else min(MAX_IDLE_STEPS, max(1, 2 * self.wait))
-        self.skip = self.wait
 
 
 @dataclass

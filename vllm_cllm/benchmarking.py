@@ -174,6 +174,16 @@ def against_baseline(row: dict[str, Any], baseline: dict[str, Any]) -> dict[str,
     return row
 
 
+def write_json(path: str | None, result: Any) -> None:
+    """A benchmark script's ``--out``: its result as indented JSON, folders made (no path:
+    nothing written)."""
+    if path:
+        from pathlib import Path
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(result, indent=1))
+
+
 def speedup_bars(ax: Any, labels: list[str], speedups: list[float], title: str) -> None:
     """Horizontal speed-up bars with the no-speculation line at 1.0 (matplotlib axes)."""
     ax.barh(labels, speedups)

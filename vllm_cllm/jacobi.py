@@ -18,7 +18,6 @@ from vllm_cllm.acceptance import HIT, MISSED, UNDRAFTED, Cells, TokenAcceptance
 from vllm_cllm.adaptive import (
     SPEC_STEP_OVERHEAD_PER_REQUEST,
     AcceptanceRate,
-    IdleBackoff,
     draft_lengths,
     drafts_cost_time,
     step_cost,
@@ -173,8 +172,6 @@ class JacobiRequest:
     cells: Cells = field(default_factory=dict)
     #: how its last draft fared (vllm_cllm/acceptance.py: MISSED, HIT, UNDRAFTED)
     previous: int = UNDRAFTED
-    #: adaptive ``hybrid`` at a batch where drafts cost time: steps until candidates again
-    idle: IdleBackoff = field(default_factory=IdleBackoff)
 
 
 def best_candidate(values: dict[str, np.ndarray], knee_tokens: float, floor_tokens: float,
@@ -241,6 +238,10 @@ class JacobiProposer(SelfDraftingProposer):
         if predictions is not None and (self.options.fill == "hybrid" or self.options.adaptive):
             states = [self._request(predictions.req_ids[i], sampled) if rooms[i] else None
                       for i, sampled in enumerate(sampled_token_ids)]
+        if self.options.adaptive and predictions is not None and drafts_cost_time(
+                len(rooms), self.options.knee_tokens, self.options.floor_tokens):
+            return self._propose_nothing(sampled_token_ids, rooms, states, predictions,
+                                         num_tokens_no_spec, token_ids_cpu)
         if self.learned and predictions is not None:
             drafts = self._propose_learned(sampled_token_ids, rooms, states, predictions,
                                            num_tokens_no_spec, token_ids_cpu)
@@ -267,25 +268,46 @@ class JacobiProposer(SelfDraftingProposer):
                              rooms, self.options.knee_tokens, self.options.floor_tokens,
                              token_margin=self.token_margin)
 
+    def _propose_nothing(self, sampled_token_ids: list[list[int]], rooms: list[int],
+                         states: list[JacobiRequest | None], predictions: VerifyPredictions,
+                         num_tokens_no_spec: np.ndarray, token_ids_cpu: np.ndarray
+                         ) -> list[list[int]]:
+        """Adaptive k where drafts cost time (:func:`~vllm_cllm.adaptive.drafts_cost_time`:
+        batch 8 and 16 on this CPU): no drafts, and no candidates built for them. There a
+        draft token costs a good part of a request's step (all 16 requests drafting one token
+        each: +56-66 % a step, benchmarks/draft_shape.py), while in a closed batch only the
+        slowest request's gain ends it sooner: in lock step, steps drafted on promises of
+        10-25 % more tokens per cost ran 0.96-0.99x of plain decoding (README, "Batch 16: no
+        drafts where drafts cost time"). The suffix trees still
+        take each request's committed tokens (:meth:`SuffixTreeLookup.follow`), so that its
+        output is there for later requests (the numpy history gets them through
+        :meth:`_request`)."""
+        for i, (sampled, state) in enumerate(zip(sampled_token_ids, states, strict=True)):
+            if state is None:
+                continue
+            state.rate.last_drafted = 0
+            req_id = predictions.req_ids[i]
+            if self.suffix is not None and req_id is not None:
+                context = token_ids_cpu[i, :int(num_tokens_no_spec[i])]
+                self.suffix.follow(req_id, req_id in self.greedy, context,
+                                   len(context) - len(sampled))
+        return [[] for _ in rooms]
+
     def _propose_learned(self, sampled_token_ids: list[list[int]], rooms: list[int],
                          states: list[JacobiRequest | None], predictions: VerifyPredictions,
                          num_tokens_no_spec: np.ndarray, token_ids_cpu: np.ndarray
                          ) -> list[np.ndarray]:
         """Adaptive ``hybrid``: per request the candidate whose tokens promise the most
         (:func:`best_candidate`), each token valued by :attr:`acceptance`; then every chosen
-        candidate sized against the batch by the cost model (:func:`draft_lengths`). Where
-        drafts cost time, a request that drafted nothing waits a few steps before its
-        candidates are built again (:class:`~vllm_cllm.adaptive.IdleBackoff`)."""
+        candidate sized against the batch by the cost model (:func:`draft_lengths`)."""
         knee, floor = self.options.knee_tokens, self.options.floor_tokens
-        backoff = drafts_cost_time(len(rooms), knee, floor)
-        chosen, values, built = [], [], []
+        chosen, values = [], []
         for i, (sampled, room, state) in enumerate(zip(sampled_token_ids, rooms, states,
                                                        strict=True)):
-            if not room or state is None or (backoff and not state.idle.due()):
+            if not room or state is None:
                 chosen.append(_EMPTY)
                 values.append(())
                 continue
-            built.append(i)
             context = token_ids_cpu[i, :int(num_tokens_no_spec[i])]
             state.candidates = self._candidates(i, sampled, room, predictions, context)
             state.cells = self.acceptance.cells(state.candidates, state.previous)
@@ -297,9 +319,6 @@ class JacobiProposer(SelfDraftingProposer):
         for state, n in zip(states, lengths, strict=True):
             if state is not None:
                 state.rate.last_drafted = n
-        if backoff:
-            for i in built:
-                states[i].idle.record(lengths[i] > 0)
         return [draft[:n] for draft, n in zip(chosen, lengths, strict=True)]
 
     def _candidates(self, i: int, sampled: list[int], room: int, predictions: VerifyPredictions,

@@ -28,6 +28,10 @@ import numpy as np
 SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB = 1.0, 2.0, 0.05
 #: Tokens of context matched against the trees (vLLM's ``suffix_decoding_max_tree_depth``).
 TREE_DEPTH = 24
+#: Where nothing is drafted (:meth:`SuffixTreeLookup.follow`) a request's committed tokens go
+#: into its tree this many at a time, and the rest as it leaves: one call per token costs
+#: ~18 us here, 0.3 ms a batch-16 step.
+FOLLOW_EVERY = 16
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -54,6 +58,8 @@ class SuffixTreeLookup:
         self.private = SuffixDecodingCache(TREE_DEPTH, 0)
         #: request → (its cache, how many of its tokens the cache holds)
         self.active: dict[str, tuple[Any, int]] = {}
+        #: request → its committed tokens not yet in its cache (:meth:`follow`)
+        self.pending: dict[str, np.ndarray] = {}
 
     def __len__(self) -> int:
         return len(self.active)
@@ -66,6 +72,7 @@ class SuffixTreeLookup:
         A request seen for the first time (or again after preemption) starts with
         ``context[:first_output]`` as its prompt; later calls add what was committed since.
         """
+        self.pending.pop(req_id, None)  # context[seen:] below holds them
         cache, seen = self.active.get(req_id, (None, 0))
         if cache is None:
             cache = self.shared if greedy else self.private
@@ -86,9 +93,23 @@ class SuffixTreeLookup:
                                 max_spec_offset=SPEC_OFFSET, min_token_prob=MIN_TOKEN_PROB)
         return np.asarray(found.token_ids, dtype=np.int64)
 
+    def follow(self, req_id: str, greedy: bool, context: np.ndarray, first_output: int
+               ) -> None:
+        """Take the request's committed tokens without drafting (as :meth:`draft` with no
+        room), :data:`FOLLOW_EVERY` at a time: the ones in between wait in :attr:`pending`,
+        and :meth:`drop` adds them as the request leaves."""
+        cache, seen = self.active.get(req_id, (None, 0))
+        if cache is None or len(context) - seen >= FOLLOW_EVERY:
+            self.draft(req_id, greedy, context, first_output, 0)
+        elif len(context) > seen:
+            self.pending[req_id] = np.array(context[seen:], dtype=np.int32)
+
     def drop(self, req_id: str) -> None:
         """The request left the batch (finished, aborted or preempted): forget its prompt; a
         greedy request's output stays in the shared tree for the requests after it."""
         cache, _ = self.active.pop(req_id, (None, 0))
+        pending = self.pending.pop(req_id, None)
         if cache is not None:
+            if pending is not None:
+                cache.add_active_response(req_id, pending)
             cache.stop_request(req_id)
