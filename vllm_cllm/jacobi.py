@@ -240,7 +240,7 @@ class JacobiProposer(SelfDraftingProposer):
                       for i, sampled in enumerate(sampled_token_ids)]
         if self.options.adaptive and predictions is not None and drafts_cost_time(
                 len(rooms), self.options.knee_tokens, self.options.floor_tokens):
-            return self._propose_nothing(sampled_token_ids, rooms, states, predictions,
+            return self._propose_nothing(sampled_token_ids, states, predictions,
                                          num_tokens_no_spec, token_ids_cpu)
         if self.learned and predictions is not None:
             drafts = self._propose_learned(sampled_token_ids, rooms, states, predictions,
@@ -268,20 +268,19 @@ class JacobiProposer(SelfDraftingProposer):
                              rooms, self.options.knee_tokens, self.options.floor_tokens,
                              token_margin=self.token_margin)
 
-    def _propose_nothing(self, sampled_token_ids: list[list[int]], rooms: list[int],
+    def _propose_nothing(self, sampled_token_ids: list[list[int]],
                          states: list[JacobiRequest | None], predictions: VerifyPredictions,
                          num_tokens_no_spec: np.ndarray, token_ids_cpu: np.ndarray
                          ) -> list[list[int]]:
         """Adaptive k where drafts cost time (:func:`~vllm_cllm.adaptive.drafts_cost_time`:
         batch 8 and 16 on this CPU): no drafts, and no candidates built for them. There a
         draft token costs a good part of a request's step (all 16 requests drafting one token
-        each: +56-66 % a step, benchmarks/draft_shape.py), while in a closed batch only the
+        each: +42-70 % a step, benchmarks/draft_shape.py), while in a closed batch only the
         slowest request's gain ends it sooner: in lock step, steps drafted on promises of
         10-25 % more tokens per cost ran 0.96-0.99x of plain decoding (README, "Batch 16: no
-        drafts where drafts cost time"). The suffix trees still
-        take each request's committed tokens (:meth:`SuffixTreeLookup.follow`), so that its
-        output is there for later requests (the numpy history gets them through
-        :meth:`_request`)."""
+        drafts where drafts cost time"). The suffix trees still take each request's committed
+        tokens (:meth:`SuffixTreeLookup.follow`), so that its output is there for later
+        requests (the numpy history gets them through :meth:`_request`)."""
         for i, (sampled, state) in enumerate(zip(sampled_token_ids, states, strict=True)):
             if state is None:
                 continue
@@ -291,7 +290,7 @@ class JacobiProposer(SelfDraftingProposer):
                 context = token_ids_cpu[i, :int(num_tokens_no_spec[i])]
                 self.suffix.follow(req_id, req_id in self.greedy, context,
                                    len(context) - len(sampled))
-        return [[] for _ in rooms]
+        return [[] for _ in sampled_token_ids]
 
     def _propose_learned(self, sampled_token_ids: list[list[int]], rooms: list[int],
                          states: list[JacobiRequest | None], predictions: VerifyPredictions,
