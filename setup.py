@@ -2,13 +2,17 @@
 
 from setuptools import setup
 
+#: vllm_cllm's subpackages, one job each (README, "Layout").
+SUBPACKAGES = ["proposers", "sources", "sizing", "kernels", "training", "bench", "runtime"]
+
 setup(
     name="vllm-cllm",
     version="0.1.0",
     description="Jacobi / CLLM and SPACE parallel decoding for vLLM, lossless, as a plugin",
     python_requires=">=3.10",
     # patches/ holds the vLLM-version-specific patches; it installs as vllm_cllm.patches.
-    packages=["vllm_cllm", "vllm_cllm.patches", "vllm_cllm.training", "vllm_cllm.kernels"],
+    packages=["vllm_cllm", "vllm_cllm.patches"] + [
+        f"vllm_cllm.{name}" for name in SUBPACKAGES],
     package_dir={"vllm_cllm": "vllm_cllm", "vllm_cllm.patches": "patches"},
     # the demo checkpoints' small artifacts (LoRA adapters), rebuilt onto the base model
     package_data={"vllm_cllm": ["artifacts/*/*"]},

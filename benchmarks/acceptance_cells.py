@@ -1,4 +1,4 @@
-"""What adaptive ``hybrid`` learned: its acceptance table after a run (vllm_cllm/acceptance.py).
+"""What adaptive ``hybrid`` learned: its acceptance table after a run (vllm_cllm/sizing/acceptance.py).
 
 One in-process engine with ``jacobi`` (adaptive, k = 15) on gsm_symbolic problems of a
 validation seed, one request at a time, greedy; then the proposer's table — per candidate
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from vllm_cllm.acceptance import HIT, MISSED, PRIOR_RATE, PRIOR_TRIALS, UNDRAFTED
-from vllm_cllm.benchmarking import write_json
+from vllm_cllm.sizing.acceptance import HIT, MISSED, PRIOR_RATE, PRIOR_TRIALS, UNDRAFTED
+from vllm_cllm.bench.measure import write_json
 
 PREVIOUS = {MISSED: "missed", HIT: "hit", UNDRAFTED: "none drafted"}
 
@@ -26,9 +26,9 @@ PREVIOUS = {MISSED: "missed", HIT: "hit", UNDRAFTED: "none drafted"}
 def run(model: str, problems: int, seed: int, max_tokens: int) -> dict[str, Any]:
     from vllm import SamplingParams
 
-    from vllm_cllm import jacobi
-    from vllm_cllm.models import model_path
-    from vllm_cllm.runtime import create_llm, drafter_of
+    from vllm_cllm.proposers import jacobi
+    from vllm_cllm.runtime.checkpoints import model_path
+    from vllm_cllm.runtime.engine import create_llm, drafter_of
     from vllm_cllm.training.gsm import chat_prompt, gsm_problems
 
     chosen: collections.Counter[str] = collections.Counter()

@@ -23,9 +23,9 @@ import argparse
 import time
 from pathlib import Path
 
-from vllm_cllm.benchmarking import speedup_bars
-from vllm_cllm.gsm_bench import quality, run_configurations, slim, write_report
-from vllm_cllm.models import model_path
+from vllm_cllm.bench.measure import speedup_bars
+from vllm_cllm.bench.gsm import quality, run_configurations, slim, write_report
+from vllm_cllm.runtime.checkpoints import model_path
 from vllm_cllm.training.gsm import chat_prompt, unseen_problems
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 15, "prompt_lookup_min": 2,

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from vllm_cllm.benchmarking import jacobi_tpf
-from vllm_cllm.models import merged_checkpoint, model_path
+from vllm_cllm.bench.measure import jacobi_tpf
+from vllm_cllm.runtime.checkpoints import merged_checkpoint, model_path
 from vllm_cllm.training.gsm import chat_prompt, gsm_problems
 
 

@@ -1,5 +1,5 @@
 """What a full batch-16 step costs by how many of its requests draft and how many tokens each:
-the check behind the adaptive cost model's per-request overhead (vllm_cllm/adaptive.py).
+the check behind the adaptive cost model's per-request overhead (vllm_cllm/sizing/cost_model.py).
 
 One in-process engine on the CLLM demo runs ``jacobi`` (``fill: random``, so a request
 always has k tokens to offer) on 16 ShareGPT questions, ``ignore_eos`` so the batch stays full;
@@ -24,7 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from step_profile import Timers  # noqa: E402
 
-from vllm_cllm.benchmarking import write_json  # noqa: E402
+from vllm_cllm.bench.measure import write_json  # noqa: E402
 
 BATCH = 16
 SHAPES = ("0x0", "1x1", "1x3", "1x8", "2x3", "4x1", "4x3", "16x1")
@@ -43,16 +43,16 @@ def cut_drafts(proposer_class: Any, shape: dict[str, int]) -> None:
 
 
 def measure(shapes: list[str], repeats: int, max_tokens: int) -> dict[str, Any]:
-    from vllm_cllm.runtime import apply_cpu_env
+    from vllm_cllm.runtime.engine import apply_cpu_env
 
     apply_cpu_env()
     from vllm import SamplingParams
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    from vllm_cllm.datasets import chat_template, sharegpt_questions
-    from vllm_cllm.jacobi import JacobiProposer
-    from vllm_cllm.models import model_path
-    from vllm_cllm.runtime import create_llm
+    from vllm_cllm.bench.datasets import chat_template, sharegpt_questions
+    from vllm_cllm.proposers.jacobi import JacobiProposer
+    from vllm_cllm.runtime.checkpoints import model_path
+    from vllm_cllm.runtime.engine import create_llm
 
     llm = create_llm(str(model_path("smollm2-135m-cllm-gsm")),
                      {"method": "jacobi", "num_speculative_tokens": 15, "fill": "random"})

@@ -18,7 +18,7 @@ import argparse
 import collections
 from typing import Any
 
-from vllm_cllm.benchmarking import write_json
+from vllm_cllm.bench.measure import write_json
 
 
 class YieldLedger:
@@ -62,15 +62,15 @@ class YieldLedger:
 
 def measure(model: str, dataset: str, batch_size: int, prompts: int,
             draft_everywhere: bool = False) -> dict[str, Any]:
-    from vllm_cllm.runtime import apply_cpu_env
+    from vllm_cllm.runtime.engine import apply_cpu_env
 
     apply_cpu_env()
     from vllm import SamplingParams
 
-    from vllm_cllm import jacobi
-    from vllm_cllm.bench import MODELS, BenchPlan, prompt_sets
-    from vllm_cllm.models import model_path
-    from vllm_cllm.runtime import create_llm
+    from vllm_cllm.proposers import jacobi
+    from vllm_cllm.bench.suite import MODELS, BenchPlan, prompt_sets
+    from vllm_cllm.runtime.checkpoints import model_path
+    from vllm_cllm.runtime.engine import create_llm
 
     if draft_everywhere:  # the proposer's test for "drafts cost time", never true
         jacobi.drafts_cost_time = lambda *args: False

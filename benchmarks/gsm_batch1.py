@@ -11,7 +11,7 @@ is the median of its per-round ratios to its own baseline of that round (the spe
 then lists every round's ratio too): on this shared 2-core machine single sittings of the
 same configuration differ by up to ±10 %.
 
-Uses the bench's machinery (`vllm_cllm.bench.run`: one engine per configuration, results
+Uses the bench's machinery (`vllm_cllm.bench.suite.run`: one engine per configuration, results
 cached under OUT/raw, evaluation seed 1000) and prints one line per configuration.
 """
 
@@ -21,8 +21,8 @@ import argparse
 import json
 from pathlib import Path
 
-from vllm_cllm.bench import MODELS, BenchConfig, BenchPlan, configurations, run
-from vllm_cllm.models import model_path
+from vllm_cllm.bench.suite import MODELS, BenchConfig, BenchPlan, configurations, run
+from vllm_cllm.runtime.checkpoints import model_path
 
 
 def main() -> int:

@@ -1,5 +1,5 @@
 """Configurations compared side by side: every engine loaded at once, each group of prompts run
-by all of them in lock step, a few engine steps each in turn (vllm_cllm/engine_pool.py), so
+by all of them in lock step, a few engine steps each in turn (vllm_cllm/bench/engine_pool.py), so
 that a ratio is not this machine's drift.
 
 Each round takes a fresh group of prompts (never seen by any engine before: vLLM's prefix
@@ -33,10 +33,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from vllm_cllm.bench import MODELS, NGRAM_SPEC, SUFFIX_SPEC, BenchPlan, prompt_sets
-from vllm_cllm.benchmarking import WARMUP_PROMPT
-from vllm_cllm.engine_pool import EnginePool
-from vllm_cllm.models import model_path
+from vllm_cllm.bench.suite import MODELS, NGRAM_SPEC, SUFFIX_SPEC, BenchPlan, prompt_sets
+from vllm_cllm.bench.measure import WARMUP_PROMPT
+from vllm_cllm.bench.engine_pool import EnginePool
+from vllm_cllm.runtime.checkpoints import model_path
 
 JACOBI = {"method": "jacobi", "num_speculative_tokens": 15}
 #: vLLM's ``suffix`` with drafts as loose as ``jacobi``'s lookup takes them (vLLM exposes no

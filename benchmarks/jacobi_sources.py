@@ -27,16 +27,16 @@ from typing import Any
 
 import numpy as np
 
-from vllm_cllm import jacobi
-from vllm_cllm.adaptive import (
+from vllm_cllm.proposers import jacobi
+from vllm_cllm.sizing.cost_model import (
     SPEC_STEP_OVERHEAD_PER_REQUEST,
     AcceptanceRate,
     draft_lengths,
     step_cost,
 )
-from vllm_cllm.bench import SUFFIX_SPEC, BenchPlan, groups, prompt_sets, suffix_available
-from vllm_cllm.models import model_path
-from vllm_cllm.runtime import create_llm, generate_counting_steps
+from vllm_cllm.bench.suite import SUFFIX_SPEC, BenchPlan, groups, prompt_sets, suffix_available
+from vllm_cllm.runtime.checkpoints import model_path
+from vllm_cllm.runtime.engine import create_llm, generate_counting_steps
 
 Step = dict[str, Any]
 

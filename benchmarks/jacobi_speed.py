@@ -20,9 +20,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from vllm_cllm.benchmarking import against_baseline, measure_in_subprocess, speedup_bars
-from vllm_cllm.datasets import humaneval_prompts
-from vllm_cllm.models import model_path
+from vllm_cllm.bench.measure import against_baseline, measure_in_subprocess, speedup_bars
+from vllm_cllm.bench.datasets import humaneval_prompts
+from vllm_cllm.runtime.checkpoints import model_path
 
 FILLS = ("hybrid", "ngram", "tail", "random")
 

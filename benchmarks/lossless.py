@@ -18,10 +18,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from vllm_cllm.datasets import IMMEDIATE_EOS_PROMPT, chat_prompts, humaneval_prompts
-from vllm_cllm.lossless import compare, generate_tokens
-from vllm_cllm.models import model_path
-from vllm_cllm.runtime import mean_acceptance_length, spec_metrics, with_engine
+from vllm_cllm.bench.datasets import IMMEDIATE_EOS_PROMPT, chat_prompts, humaneval_prompts
+from vllm_cllm.bench.lossless import compare, generate_tokens
+from vllm_cllm.runtime.checkpoints import model_path
+from vllm_cllm.runtime.engine import mean_acceptance_length, spec_metrics, with_engine
 
 
 def mixed_batch(prompts: list[str]):

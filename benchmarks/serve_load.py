@@ -29,10 +29,10 @@ from pathlib import Path
 import psutil
 import requests
 
-from vllm_cllm.datasets import chat_template, sharegpt_questions
-from vllm_cllm.models import model_path
-from vllm_cllm.runtime import with_engine
-from vllm_cllm.serving import bundled_jemalloc, running_server, vllm_executable
+from vllm_cllm.bench.datasets import chat_template, sharegpt_questions
+from vllm_cllm.runtime.checkpoints import model_path
+from vllm_cllm.runtime.engine import with_engine
+from vllm_cllm.runtime.server import bundled_jemalloc, running_server, vllm_executable
 
 PERCENTILES = "50,90,99"
 

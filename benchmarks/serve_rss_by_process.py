@@ -12,8 +12,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from serve_load import bench_serve, per_process_mib, server_pid  # noqa: E402
 
-from vllm_cllm.models import model_path  # noqa: E402
-from vllm_cllm.serving import running_server  # noqa: E402
+from vllm_cllm.runtime.checkpoints import model_path  # noqa: E402
+from vllm_cllm.runtime.server import running_server  # noqa: E402
 
 
 def _rounded(mib: dict[str, float]) -> dict[str, int]:

@@ -8,7 +8,7 @@ gsm_symbolic problems from a seed never used in training (1000), chat template, 
 * `smollm2-135m-space-gsm` without speculation and with `space` (k = 5; vLLM verifies 10
   draft slots, 5 of them masks) at batch 1 and 8; at batch 8 also its other fills, without
   the history of earlier outputs, and vLLM's `ngram`;
-* the paper's auto-correct decoding (k + 1 mask groups, :mod:`vllm_cllm.space_reference`,
+* the paper's auto-correct decoding (k + 1 mask groups, :mod:`vllm_cllm.bench.space_reference`,
   transformers, batch 1) on the same checkpoint and problems: its tokens per step is what the
   vLLM layout gives up against;
 * the CLLM demo with `jacobi` k = 15 (and its own no-speculation rows);
@@ -29,9 +29,9 @@ import json
 import time
 from pathlib import Path
 
-from vllm_cllm.benchmarking import speedup_bars
-from vllm_cllm.gsm_bench import quality, run_configurations, slim, write_report
-from vllm_cllm.models import model_path
+from vllm_cllm.bench.measure import speedup_bars
+from vllm_cllm.bench.gsm import quality, run_configurations, slim, write_report
+from vllm_cllm.runtime.checkpoints import model_path
 from vllm_cllm.training.gsm import chat_prompt, gsm_problems
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 15, "prompt_lookup_min": 2,
@@ -63,7 +63,7 @@ def reference_rows(space_dir: str, prompt_ids: list[list[int]], k: int, max_toke
     from tqdm import tqdm
     from transformers import AutoModelForCausalLM
 
-    from vllm_cllm.space_reference import space_generate
+    from vllm_cllm.bench.space_reference import space_generate
 
     model = AutoModelForCausalLM.from_pretrained(space_dir, dtype=torch.float32).eval()
     mask_id = model.config.mask_token_id

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from vllm_cllm.benchmarking import measure_in_subprocess
+from vllm_cllm.bench.measure import measure_in_subprocess
 from vllm_cllm.training.gsm import GSM_EVAL_SEED, chat_prompt, gsm_problems
 
 

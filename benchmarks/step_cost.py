@@ -1,5 +1,5 @@
 """What a verify step costs on this machine, by batch size and draft length: the measurement
-behind the adaptive-k cost model (``knee_tokens`` and ``floor_tokens``, vllm_cllm/adaptive.py)
+behind the adaptive-k cost model (``knee_tokens`` and ``floor_tokens``, vllm_cllm/sizing/cost_model.py)
 — run it on a new machine before choosing them there.
 
 Each draft length K runs in its own engine (``jacobi`` with ``fill: random``, so every
@@ -35,7 +35,7 @@ def _measure(model: str, k: int, batch_sizes: list[int], max_tokens: int) -> lis
     """One engine with draft length ``k``: seconds per step at each batch size."""
     from vllm import SamplingParams
 
-    from vllm_cllm.runtime import generate_counting_steps, with_engine
+    from vllm_cllm.runtime.engine import generate_counting_steps, with_engine
 
     spec = None if k == 0 else {"method": "jacobi", "num_speculative_tokens": k,
                                 "fill": "random"}
@@ -90,7 +90,7 @@ def main() -> int:
                         help="fit OUT/results.json's rows again instead of measuring")
     parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from vllm_cllm.models import model_path
+    from vllm_cllm.runtime.checkpoints import model_path
 
     model = str(model_path(args.model))
     if args.worker is not None:  # one engine per process: engines never share state

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vllm_cllm.bench import SUFFIX_SPEC
+from vllm_cllm.bench.suite import SUFFIX_SPEC
 
 FORWARD = "forward (execute_model)"
 #: Printed in this order; the indented ones are parts of the one above them.
@@ -90,16 +90,16 @@ def profile(method: str, prompts: int, offset: int, max_tokens: int,
             batch_size: int = 1) -> dict[str, Any]:
     """One engine with ``method``: per-step milliseconds of each component, ``prompts`` gsm
     prompts in batches of ``batch_size`` (a step is one engine step of the whole batch)."""
-    from vllm_cllm.runtime import apply_cpu_env
+    from vllm_cllm.runtime.engine import apply_cpu_env
 
     apply_cpu_env()
     from vllm import SamplingParams
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    from vllm_cllm import capture, jacobi
-    from vllm_cllm.bench import BenchPlan, prompt_sets
-    from vllm_cllm.models import model_path
-    from vllm_cllm.runtime import StepCounter, create_llm
+    from vllm_cllm.proposers import capture, jacobi
+    from vllm_cllm.bench.suite import BenchPlan, prompt_sets
+    from vllm_cllm.runtime.checkpoints import model_path
+    from vllm_cllm.runtime.engine import StepCounter, create_llm
 
     timers = Timers()
     timers.wrap_forward(GPUModelRunner)

@@ -22,8 +22,8 @@ import json
 import time
 from pathlib import Path
 
-from vllm_cllm.benchmarking import measure_in_subprocess
-from vllm_cllm.models import merged_checkpoint, model_path
+from vllm_cllm.bench.measure import measure_in_subprocess
+from vllm_cllm.runtime.checkpoints import merged_checkpoint, model_path
 from vllm_cllm.training.cllm import CllmConfig, train_cllm
 from vllm_cllm.training.gsm import chat_prompt, gsm_problems
 from vllm_cllm.training.onpolicy import write_onpolicy

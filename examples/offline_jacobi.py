@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from vllm_cllm.runtime import apply_cpu_env
+from vllm_cllm.runtime.engine import apply_cpu_env
 
 apply_cpu_env()  # CPU-friendly defaults (README: "Running on CPU"); harmless on GPU
 
@@ -31,7 +31,7 @@ def main() -> None:
 
     from vllm import LLM, SamplingParams
 
-    from vllm_cllm.models import model_path
+    from vllm_cllm.runtime.checkpoints import model_path
 
     model = args.model or str(model_path("smollm2-135m-instruct"))
     llm = LLM(model=model, dtype="float32", max_model_len=2048, enforce_eager=True,

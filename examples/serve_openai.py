@@ -18,7 +18,7 @@ import json
 
 from openai import OpenAI
 
-from vllm_cllm.serving import read_metrics, running_server
+from vllm_cllm.runtime.server import read_metrics, running_server
 
 
 def main() -> None:
@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--log", default=None, help="write the server log here")
     args = parser.parse_args()
 
-    from vllm_cllm.models import model_path
+    from vllm_cllm.runtime.checkpoints import model_path
 
     model = args.model or str(model_path("smollm2-135m-instruct"))
     flags = ["--speculative-model", "[jacobi]", "--num-speculative-tokens", str(args.k)]

@@ -3,7 +3,7 @@
 ``GPUModelRunner._sample`` (the V1 runner; vLLM's CPU runner inherits it) sees the logits of
 every draft position of every request. Before calling the original we pass them, with the
 ``SpecDecodeMetadata`` and the row order, to the runner's drafter if it is one of ours
-(:class:`vllm_cllm.capture.VerifyObserver`), then call the original; other drafters are
+(:class:`vllm_cllm.proposers.capture.VerifyObserver`), then call the original; other drafters are
 untouched.
 ``GPUModelRunner._update_states`` removes finished, aborted and preempted requests from the
 input batch; after it runs, our drafter drops state of every request no longer in the batch
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_cllm.capture import VerifyObserver
+from vllm_cllm.proposers.capture import VerifyObserver
 
 from . import PatchGroup, Wrap, has_params
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vllm_cllm.runtime import apply_cpu_env
+from vllm_cllm.runtime.engine import apply_cpu_env
 
 # Before anything imports vLLM: in-process engine on both cores, 1 GiB of KV cache.
 apply_cpu_env({"VLLM_CPU_KVCACHE_SPACE": "1"})
@@ -16,14 +16,14 @@ apply_cpu_env({"VLLM_CPU_KVCACHE_SPACE": "1"})
 
 @pytest.fixture(scope="session")
 def smollm2_path() -> str:
-    from vllm_cllm.models import model_path
+    from vllm_cllm.runtime.checkpoints import model_path
 
     return str(model_path("smollm2-135m-instruct"))
 
 
 @pytest.fixture(scope="session")
 def tiny_path() -> str:
-    from vllm_cllm.models import model_path
+    from vllm_cllm.runtime.checkpoints import model_path
 
     return str(model_path("tiny-random-llama"))
 
@@ -35,7 +35,7 @@ def module_engine(model: str, speculative_config: dict[str, Any] | None) -> Iter
     in-process engine tears down the global state of the next one; so tests get a proxy and
     the engine itself is released here, explicitly.
     """
-    from vllm_cllm.runtime import create_llm
+    from vllm_cllm.runtime.engine import create_llm
 
     holder = {"llm": create_llm(model, speculative_config)}
     yield EngineProxy(holder)
@@ -69,8 +69,8 @@ def plain_and_speculative_runs(model: str, spec: dict[str, Any], prompts: list[s
     time) and the tokens per verify step, one engine at a time."""
     from vllm import SamplingParams
 
-    from vllm_cllm.lossless import generate_tokens
-    from vllm_cllm.runtime import mean_acceptance_length, spec_metrics, with_engine
+    from vllm_cllm.bench.lossless import generate_tokens
+    from vllm_cllm.runtime.engine import mean_acceptance_length, spec_metrics, with_engine
 
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
 
@@ -89,7 +89,7 @@ def check_aborts_leave_no_state(llm: Any, prompts: list[str], prefix: str) -> No
     state for exactly the live ones at every point, and nothing at the end."""
     from vllm import SamplingParams
 
-    from vllm_cllm.runtime import drafter_of
+    from vllm_cllm.runtime.engine import drafter_of
 
     engine = llm.llm_engine
     drafter = drafter_of(llm)

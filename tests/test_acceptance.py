@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from vllm_cllm.acceptance import PRIOR_RATE, TokenAcceptance
-from vllm_cllm.capture import VerifyPredictions
-from vllm_cllm.jacobi import LEARNED_SOURCES, JacobiProposer, best_candidate
+from vllm_cllm.sizing.acceptance import PRIOR_RATE, TokenAcceptance
+from vllm_cllm.proposers.capture import VerifyPredictions
+from vllm_cllm.proposers.jacobi import LEARNED_SOURCES, JacobiProposer, best_candidate
 from vllm_cllm.options import parse_options
 
 
@@ -47,7 +47,7 @@ def test_only_what_the_committed_tokens_reveal_is_counted():
 
 
 def test_a_request_whose_last_draft_missed_is_valued_on_its_own():
-    from vllm_cllm.acceptance import HIT, MISSED
+    from vllm_cllm.sizing.acceptance import HIT, MISSED
 
     table = TokenAcceptance(LEARNED_SOURCES)
     lone = {"lookup": _a(1, 2)}
@@ -67,7 +67,7 @@ def test_best_candidate_weighs_expected_tokens_against_the_step_cost():
 
 def test_suffix_lookup_shares_greedy_outputs_only():
     pytest.importorskip("arctic_inference.suffix_decoding")
-    from vllm_cllm.suffix_lookup import SuffixTreeLookup
+    from vllm_cllm.sources.suffix_trees import SuffixTreeLookup
 
     lookup = SuffixTreeLookup(max_cached=8)
     first = _a(90, 91, 40, 41, 42, 43, 44, 45)  # prompt of 2, then its output
@@ -86,7 +86,7 @@ def test_suffix_lookup_shares_greedy_outputs_only():
 
 def test_a_followed_request_reaches_the_tree_in_chunks_and_in_full_as_it_leaves():
     pytest.importorskip("arctic_inference.suffix_decoding")
-    from vllm_cllm.suffix_lookup import FOLLOW_EVERY, SuffixTreeLookup
+    from vllm_cllm.sources.suffix_trees import FOLLOW_EVERY, SuffixTreeLookup
 
     lookup = SuffixTreeLookup(max_cached=8)
     text = np.arange(100, 100 + 2 + FOLLOW_EVERY + 5)  # a prompt of 2, then its output
@@ -112,7 +112,7 @@ def _learned_proposer(k: int = 4, knee: int = 20, floor: int = 0) -> JacobiPropo
 def test_proposer_learns_which_candidates_pay_and_frees_their_state():
     """A request whose text repeats: its lookups always agree and are always right, so the
     proposer, starting from the 30 % prior, comes to draft the full k."""
-    from vllm_cllm.jacobi import matched_prefix
+    from vllm_cllm.proposers.jacobi import matched_prefix
 
     proposer = _learned_proposer(k=4)
     assert proposer.learned
@@ -137,7 +137,7 @@ def test_proposer_learns_which_candidates_pay_and_frees_their_state():
 def _verify_and_propose(proposer: JacobiProposer, ids: list[str], steps: int) -> list[int]:
     """``steps`` verify steps of requests ``ids`` whose text repeats (every lookup is right),
     each followed by the proposer's next drafts; the draft tokens made per step."""
-    from vllm_cllm.jacobi import matched_prefix
+    from vllm_cllm.proposers.jacobi import matched_prefix
 
     text = [3, 4, 5, 6] * 30
     tokens = np.array([text] * len(ids))

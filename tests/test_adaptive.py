@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from vllm_cllm.adaptive import (
+from vllm_cllm.sizing.cost_model import (
     SPEC_STEP_OVERHEAD_PER_REQUEST,
     AcceptanceRate,
     draft_lengths,
@@ -16,7 +16,7 @@ from vllm_cllm.adaptive import (
     geometric_values,
     step_cost,
 )
-from vllm_cllm.jacobi import JacobiProposer
+from vllm_cllm.proposers.jacobi import JacobiProposer
 
 
 def sized(rates, rooms, *args, **kwargs):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from vllm_cllm.bench import (
+from vllm_cllm.bench.suite import (
     BenchConfig,
     BenchPlan,
     compare_with_baselines,
@@ -16,10 +16,10 @@ from vllm_cllm.bench import (
     merge_rounds,
     run,
 )
-from vllm_cllm.bench_report import FIELDS, write_results
-from vllm_cllm.benchmarking import WARMUP_PROMPT
-from vllm_cllm.datasets import mtbench_questions, sharegpt_questions
-from vllm_cllm.engine_pool import turn_order
+from vllm_cllm.bench.report import FIELDS, write_results
+from vllm_cllm.bench.measure import WARMUP_PROMPT
+from vllm_cllm.bench.datasets import mtbench_questions, sharegpt_questions
+from vllm_cllm.bench.engine_pool import turn_order
 
 
 def test_mtbench_and_sharegpt_come_from_their_wheels():
@@ -145,7 +145,7 @@ def test_a_stepped_measurement_times_only_its_own_steps():
     # turn must not count, and the row must not depend on how the steps were split
     import time
 
-    from vllm_cllm.benchmarking import SteppedMeasurement
+    from vllm_cllm.bench.measure import SteppedMeasurement
 
     whole = SteppedMeasurement(_FakeLLM(6), ["a", "b", "c"], 2, 6, warmup=[])
     while whole.advance(100):
@@ -196,7 +196,7 @@ def test_each_batch_size_gets_an_engine_of_its_own(monkeypatch):
     import subprocess
     from types import SimpleNamespace
 
-    from vllm_cllm import benchmarking
+    from vllm_cllm.bench import measure as benchmarking
 
     jobs = []
 

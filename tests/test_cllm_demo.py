@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import gsm_test_prompts, plain_and_speculative_runs
-from vllm_cllm.lossless import compare
+from vllm_cllm.bench.lossless import compare
 
 pytestmark = pytest.mark.engine
 
@@ -19,7 +19,7 @@ JACOBI = {"method": "jacobi", "num_speculative_tokens": 15}
 
 @pytest.fixture(scope="module")
 def cllm_path():
-    from vllm_cllm.models import model_path
+    from vllm_cllm.runtime.checkpoints import model_path
 
     return str(model_path("smollm2-135m-cllm-gsm"))
 
@@ -32,7 +32,7 @@ def runs(cllm_path):
 def test_artifact_is_small_and_rebuilds_a_full_checkpoint(cllm_path):
     from pathlib import Path
 
-    from vllm_cllm.models import ARTIFACTS
+    from vllm_cllm.runtime.checkpoints import ARTIFACTS
 
     artifact = sum(p.stat().st_size for p in (ARTIFACTS / "smollm2-135m-cllm-gsm").iterdir())
     assert artifact < 50 * 2**20

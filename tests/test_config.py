@@ -88,7 +88,7 @@ def test_bad_options_name_the_option_and_allowed_values(spec, words):
 def test_the_suffix_lookup_without_arctic_inference(monkeypatch):
     """Where arctic-inference is missing, hybrid falls back to the numpy lookups, and a user
     who asked for the suffix trees by name is told what to install."""
-    from vllm_cllm import suffix_lookup
+    from vllm_cllm.sources import suffix_trees as suffix_lookup
 
     monkeypatch.setattr(suffix_lookup, "suffix_tree_missing", lambda: "not installed (test)")
     fallback = parse_options({"method": "jacobi", "num_speculative_tokens": 8}, max_k=128)
@@ -110,7 +110,7 @@ def test_python_dict_selects_custom_class_with_options(tiny_path):
         "method": "jacobi", "num_speculative_tokens": 6, "fill": "tail"})
     spec = config.speculative_config
     assert spec.method == "custom_class" and spec.num_speculative_tokens == 6
-    assert spec.model == "vllm_cllm.jacobi.JacobiProposer"
+    assert spec.model == "vllm_cllm.proposers.jacobi.JacobiProposer"
     assert config.additional_config["vllm_cllm"]["fill"] == "tail"
 
 

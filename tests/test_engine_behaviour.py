@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import check_aborts_leave_no_state, module_engine
-from vllm_cllm.lossless import generate_tokens
-from vllm_cllm.runtime import spec_metrics, with_engine
+from vllm_cllm.bench.lossless import generate_tokens
+from vllm_cllm.runtime.engine import spec_metrics, with_engine
 
 pytestmark = pytest.mark.engine
 
@@ -87,7 +87,7 @@ def test_steps_are_counted_not_inferred_from_accepted_drafts(llm):
     # tokens - accepted undercounts steps; benchmarks divide by the steps counted here.
     from vllm import SamplingParams
 
-    from vllm_cllm.runtime import generate_counting_steps
+    from vllm_cllm.runtime.engine import generate_counting_steps
 
     prompt = "The list of numbers is 1, 2, 3,"
     generate_tokens(llm, [prompt], SamplingParams(temperature=0.0, max_tokens=40))  # history

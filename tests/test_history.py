@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vllm_cllm.history import OutputHistory
+from vllm_cllm.sources.history import OutputHistory
 
 
 def _spelled_out(outputs: list[np.ndarray], context: np.ndarray, num_tokens: int,

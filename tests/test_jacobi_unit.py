@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from vllm_cllm.capture import VerifyPredictions
-from vllm_cllm.fill import NgramFill, NoFill, RandomContextFill
-from vllm_cllm.jacobi import HybridState, JacobiProposer, matched_prefix, next_draft
+from vllm_cllm.proposers.capture import VerifyPredictions
+from vllm_cllm.sources.ngram import NgramFill, NoFill, RandomContextFill
+from vllm_cllm.proposers.jacobi import HybridState, JacobiProposer, matched_prefix, next_draft
 
 
 def _logits_for(predicted: list[int], vocab: int = 50) -> torch.Tensor:
@@ -193,7 +193,7 @@ def test_jacobi_drafts_the_ngram_continuation_that_has_matched_better_in_the_req
 
 
 def test_pool_continues_the_context_from_a_recent_iterate():
-    from vllm_cllm.fill import pool_continuation
+    from vllm_cllm.sources.ngram import pool_continuation
 
     pool = [np.array([5, 6, 7, 8, 9]), np.array([1, 2, 3, 4])]
     # longest suffix first: "2 3" occurs in the newest stream, so its continuation wins
@@ -216,7 +216,7 @@ def _pool_continuation_by_search(context, pool, ngram_max, num_tokens):
 
 
 def test_pool_lookup_equals_the_spelled_out_search_on_random_pools():
-    from vllm_cllm.fill import pool_continuation
+    from vllm_cllm.sources.ngram import pool_continuation
 
     rng = np.random.default_rng(0)
     for _ in range(500):
@@ -278,7 +278,7 @@ def test_outputs_of_requests_that_left_become_a_draft_source_for_greedy_requests
 
 
 def test_ngram_prefers_longest_then_usual_then_first_match():
-    from vllm_cllm.fill import longest_ngram_continuation, ngram_continuations
+    from vllm_cllm.sources.ngram import longest_ngram_continuation, ngram_continuations
 
     ctx = np.array([7, 1, 2, 8, 9, 3, 1, 2, 5, 6, 0, 3, 1, 2, 4, 3, 1, 2])
     # suffix (3,1,2) occurred at 5 and 11, followed by 5 and 4 once each -> the first: 5, 6

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_cllm.datasets import IMMEDIATE_EOS_PROMPT, chat_prompts, humaneval_prompts
-from vllm_cllm.lossless import compare, generate_tokens
-from vllm_cllm.runtime import drafter_of, mean_acceptance_length, spec_metrics, with_engine
+from vllm_cllm.bench.datasets import IMMEDIATE_EOS_PROMPT, chat_prompts, humaneval_prompts
+from vllm_cllm.bench.lossless import compare, generate_tokens
+from vllm_cllm.runtime.engine import drafter_of, mean_acceptance_length, spec_metrics, with_engine
 
 pytestmark = pytest.mark.engine
 

@@ -8,8 +8,8 @@ import time
 import pytest
 import requests
 
-from vllm_cllm.runtime import with_engine
-from vllm_cllm.serving import read_metrics, running_server
+from vllm_cllm.runtime.engine import with_engine
+from vllm_cllm.runtime.server import read_metrics, running_server
 
 pytestmark = [pytest.mark.engine, pytest.mark.server]
 
@@ -78,5 +78,5 @@ def test_spec_decode_counters_are_exported(served):
 
 def test_server_used_the_jacobi_proposer_and_logged_acceptance(served):
     server_log = served[3]
-    assert "vllm_cllm.jacobi.JacobiProposer" in server_log
+    assert "vllm_cllm.proposers.jacobi.JacobiProposer" in server_log
     assert "SpecDecoding metrics" in server_log and "Mean acceptance length" in server_log

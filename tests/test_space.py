@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import check_aborts_leave_no_state, module_engine
-from vllm_cllm.lossless import compare, generate_tokens
-from vllm_cllm.runtime import drafter_of, spec_metrics, with_engine
+from vllm_cllm.bench.lossless import compare, generate_tokens
+from vllm_cllm.runtime.engine import drafter_of, spec_metrics, with_engine
 
 pytestmark = pytest.mark.engine
 
@@ -22,7 +22,7 @@ K = 3
 
 @pytest.fixture(scope="module")
 def space_path() -> str:
-    from vllm_cllm.models import model_path
+    from vllm_cllm.runtime.checkpoints import model_path
 
     return str(model_path("tiny-random-space"))
 

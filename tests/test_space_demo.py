@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import gsm_test_prompts, plain_and_speculative_runs
-from vllm_cllm.lossless import compare
+from vllm_cllm.bench.lossless import compare
 
 pytestmark = pytest.mark.engine
 
@@ -18,7 +18,7 @@ SPACE = {"method": "space", "num_speculative_tokens": 5}
 
 @pytest.fixture(scope="module")
 def space_path():
-    from vllm_cllm.models import model_path
+    from vllm_cllm.runtime.checkpoints import model_path
 
     return str(model_path("smollm2-135m-space-gsm"))
 
@@ -37,7 +37,7 @@ def test_artifact_is_small_and_carries_the_mask_token(space_path):
     import json
     from pathlib import Path
 
-    from vllm_cllm.models import ARTIFACTS
+    from vllm_cllm.runtime.checkpoints import ARTIFACTS
 
     artifact = ARTIFACTS / "smollm2-135m-space-gsm"
     assert sum(p.stat().st_size for p in artifact.iterdir()) < 50 * 2**20
@@ -60,7 +60,7 @@ def test_paper_layout_reference_is_lossless(space_path, prompts, runs):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from vllm_cllm.space_reference import space_generate
+    from vllm_cllm.bench.space_reference import space_generate
 
     model = AutoModelForCausalLM.from_pretrained(space_path, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(space_path)

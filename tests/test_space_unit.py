@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_cllm.capture import VerifyPredictions
+from vllm_cllm.proposers.capture import VerifyPredictions
 from vllm_cllm.errors import ConfigError
-from vllm_cllm.fill import NgramFill, NoFill
-from vllm_cllm.jacobi import HybridState
+from vllm_cllm.sources.ngram import NgramFill, NoFill
+from vllm_cllm.proposers.jacobi import HybridState
 from vllm_cllm.options import parse_options
-from vllm_cllm.space import SpaceProposer, SpaceRequest, next_candidates
+from vllm_cllm.proposers.space import SpaceProposer, SpaceRequest, next_candidates
 from vllm_cllm.training.space import (
     MASK_TOKEN,
     SarDataset,
@@ -68,13 +68,13 @@ def test_model_without_mask_token_is_refused_before_an_engine_starts(tiny_path):
 def test_space_checkpoint_selects_the_proposer_with_2k_slots():
     from vllm.engine.arg_utils import EngineArgs
 
-    from vllm_cllm.models import model_path
+    from vllm_cllm.runtime.checkpoints import model_path
 
     config = EngineArgs(model=str(model_path("tiny-random-space")), dtype="float32",
                         max_model_len=512, enforce_eager=True,
                         speculative_config={"method": "space", "num_speculative_tokens": 5}
                         ).create_engine_config()
-    assert config.speculative_config.model == "vllm_cllm.space.SpaceProposer"
+    assert config.speculative_config.model == "vllm_cllm.proposers.space.SpaceProposer"
     assert config.speculative_config.num_speculative_tokens == 10
     stored = config.additional_config["vllm_cllm"]
     assert stored["num_speculative_tokens"] == 5
@@ -346,7 +346,7 @@ def test_paper_layout_rows_see_what_the_paper_says(tiny_path):
     """Candidate c_i = plain forward of prefix + c_0..c_i; group G_i = prefix + c_<i + masks."""
     from transformers import AutoModelForCausalLM
 
-    from vllm_cllm.space_reference import block_layout
+    from vllm_cllm.bench.space_reference import block_layout
 
     model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32).eval()
     prefix, cands, k, mask_id = list(range(300, 320)), [7, 8, 9], 3, 5
@@ -370,7 +370,7 @@ def test_paper_layout_rows_see_what_the_paper_says(tiny_path):
 def test_paper_layout_decoding_equals_greedy(tiny_path):
     from transformers import AutoModelForCausalLM
 
-    from vllm_cllm.space_reference import space_generate
+    from vllm_cllm.bench.space_reference import space_generate
 
     model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32).eval()
     prompt, greedy = [1, 2, 3, 4, 5, 6], []

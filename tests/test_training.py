@@ -219,7 +219,7 @@ def test_training_steps_write_a_loadable_checkpoint(tiny, tiny_path, tmp_path, l
                                                         strict=True))
     assert changed
     if lora_rank:  # the git artifact (fp16 adapter) rebuilds the same model onto the base
-        from vllm_cllm.models import merge_adapter
+        from vllm_cllm.runtime.checkpoints import merge_adapter
         from vllm_cllm.training.artifact import export_adapter
 
         weights = export_adapter(tmp_path / "run" / "adapter", tmp_path / "artifact")
@@ -310,7 +310,7 @@ def test_window_packs_only_the_tokens_its_loss_reads(tiny):
 
 
 def test_a_demo_built_on_a_demo_names_its_base_and_rebuilds_with_it(tmp_path, monkeypatch):
-    from vllm_cllm import models
+    from vllm_cllm.runtime import checkpoints as models
 
     for name, base in (("first", "smollm2-135m-instruct"), ("second", "first")):
         (tmp_path / name).mkdir()
@@ -328,7 +328,7 @@ def test_a_demo_built_on_a_demo_names_its_base_and_rebuilds_with_it(tmp_path, mo
 
 
 def test_committed_artifacts_name_their_bases():
-    from vllm_cllm.models import BUILDERS, artifact_base
+    from vllm_cllm.runtime.checkpoints import BUILDERS, artifact_base
 
     assert artifact_base("smollm2-135m-cllm-gsm") == "smollm2-135m-instruct"
     assert artifact_base("smollm2-135m-space-gsm") == "smollm2-135m-instruct"
@@ -363,7 +363,7 @@ def test_the_gsm_benchmark_evaluates_on_problems_never_seen_in_training():
 
 
 def test_tokens_per_verify_step_leaves_out_the_prefill_step_and_its_token():
-    from vllm_cllm.benchmarking import tokens_per_verify_step
+    from vllm_cllm.bench.measure import tokens_per_verify_step
 
     # 8 tokens in 4 steps: 1 from prefill, 7 in 3 decode steps; a request that ended at
     # prefill (1 token, 1 step) has no decode step at all

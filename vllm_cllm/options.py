@@ -10,17 +10,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from vllm_cllm.adaptive import TOKEN_MARGIN_PCT
+from vllm_cllm.sizing.cost_model import TOKEN_MARGIN_PCT
 from vllm_cllm.errors import ConfigError
 
 #: Methods this plugin adds, with the proposer class each one maps to (vLLM's custom_class hook).
 METHODS: dict[str, str] = {
-    "jacobi": "vllm_cllm.jacobi.JacobiProposer",
-    "space": "vllm_cllm.space.SpaceProposer",
+    "jacobi": "vllm_cllm.proposers.jacobi.JacobiProposer",
+    "space": "vllm_cllm.proposers.space.SpaceProposer",
 }
 
 FILL_POLICIES = ("hybrid", "ngram", "tail", "random")
-#: What ``space`` drafts when its mask slots cannot be used (vllm_cllm/space.py); 1st: default.
+#: What ``space`` drafts when its mask slots cannot be used (vllm_cllm/proposers/space.py); 1st: default.
 SPACE_FILL_POLICIES = ("hybrid", "ngram", "masks", "tail")
 #: Options each method accepts besides num_speculative_tokens.
 METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -38,7 +38,7 @@ FILL_OPTIONS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 #: Where ``jacobi``'s ``hybrid`` looks up earlier text: arctic-inference's suffix trees (the
-#: default where it is installed) or this project's numpy lookups (vllm_cllm/history.py).
+#: default where it is installed) or this project's numpy lookups (vllm_cllm/sources/history.py).
 LOOKUPS = ("suffix", "ngram")
 #: Default ``history_size`` per lookup: a suffix tree finds a match among thousands of
 #: outputs in microseconds; the numpy history is searched per n-gram and kept small.
@@ -67,20 +67,20 @@ class ProposerOptions:
       ``random`` (tokens drawn from the request's own prompt and output, as CLLM starts blocks),
       ``hybrid`` (at a fixed k, per request and step, the first source with a draft of: the
       n-gram lookup — its usual or its latest continuation, whichever has matched better in
-      the request —, the ``lookup``, the pool, "tail + ngram" — vllm_cllm/jacobi.py
+      the request —, the ``lookup``, the pool, "tail + ngram" — vllm_cllm/proposers/jacobi.py
       ``JACOBI_ORDER``; with ``adaptive``, the candidate — lookup, n-gram continuation or
       Jacobi tail — whose tokens promise the most, each token valued by how often tokens of
-      its kind were accepted: vllm_cllm/acceptance.py).
+      its kind were accepted: vllm_cllm/sizing/acceptance.py).
     ngram_min / ngram_max: n-gram lengths tried by the ``ngram`` fill.
     seed: seeds the ``random`` fill; the same on every tensor-parallel rank.
     adaptive: choose each request's draft (``hybrid``: which candidate) and its length per
-      step from the batch size and the acceptance seen so far (vllm_cllm/adaptive.py,
-      vllm_cllm/acceptance.py) instead of always drafting k.
+      step from the batch size and the acceptance seen so far (vllm_cllm/sizing/cost_model.py,
+      vllm_cllm/sizing/acceptance.py) instead of always drafting k.
     knee_tokens / floor_tokens: the adaptive cost model — a verify step over N query tokens
       costs ``max(floor_tokens, knee_tokens + N)`` one-token units (defaults: 24 / 28 on CPU,
       fitted by benchmarks/step_cost.py; 256 / 0 on GPUs). Refused without ``adaptive``.
     token_margin_pct: by how much (percent) a draft token's expected yield must exceed what
-      it costs under that model (vllm_cllm/adaptive.py ``TOKEN_MARGIN_PCT``, default 30).
+      it costs under that model (vllm_cllm/sizing/cost_model.py ``TOKEN_MARGIN_PCT``, default 30).
       Tokens below the floor cost nothing and are unaffected; refused without ``adaptive``.
     pool_size: with ``hybrid``, how many of the request's recent Jacobi iterates are kept as a
       draft source (Lookahead's n-gram pool, Jacobi Forcing's rejection recycling); 0 turns it
@@ -123,7 +123,7 @@ class ProposerOptions:
     @property
     def history_in_use(self) -> int:
         """``history_size`` where the fill drafts from the numpy history
-        (vllm_cllm/history.py), else 0: nothing is kept there."""
+        (vllm_cllm/sources/history.py), else 0: nothing is kept there."""
         fills = FILL_OPTIONS[self.method].get("history_size", ())
         return self.history_size if self.fill in fills and not self.uses_suffix_tree else 0
 
@@ -213,7 +213,7 @@ def parse_options(spec: dict[str, Any], max_k: int, hf_config: Any = None) -> Pr
 def _lookup(spec: dict[str, Any]) -> str:
     """The ``lookup`` option: as given (``suffix`` only where arctic-inference imports), else
     ``suffix`` where it is installed and ``ngram`` where it is not."""
-    from vllm_cllm.suffix_lookup import suffix_tree_missing
+    from vllm_cllm.sources.suffix_trees import suffix_tree_missing
 
     missing = suffix_tree_missing()
     if "lookup" not in spec:

@@ -10,7 +10,7 @@ def _answer_rows(model: str, prompts: list[str], max_new_tokens: int) -> list[di
     """One vLLM engine, all ``prompts`` in one batch, greedy."""
     from vllm import SamplingParams
 
-    from vllm_cllm.runtime import with_engine
+    from vllm_cllm.runtime.engine import with_engine
 
     def run(llm):
         params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)

@@ -1,7 +1,7 @@
 """Export a trained LoRA adapter as the small artifact kept in git (float16 safetensors).
 
 ``vllm-cllm model-path <name>`` rebuilds the full checkpoint from the base model plus this
-artifact (see :func:`vllm_cllm.models.merge_adapter`), so a demo checkpoint costs megabytes in
+artifact (see :func:`vllm_cllm.runtime.checkpoints.merge_adapter`), so a demo checkpoint costs megabytes in
 the repository instead of the model's full size.
 
     python -m vllm_cllm.training.artifact results/cllm-gsm/run/adapter \

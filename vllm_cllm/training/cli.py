@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def _resolve_model(name: str) -> str:
-    from vllm_cllm.models import BUILDERS, model_path
+    from vllm_cllm.runtime.checkpoints import BUILDERS, model_path
 
     return str(model_path(name)) if name in BUILDERS else name
 

@@ -29,7 +29,7 @@ Draft = tuple[str, int, list[int]]
 def record_drafts(llm: Any) -> list[Draft]:
     """Wrap the in-process engine's ``jacobi`` proposer so that every draft it returns is
     appended to the returned list (read, then clear it, after each ``generate``)."""
-    from vllm_cllm.runtime import drafter_of
+    from vllm_cllm.runtime.engine import drafter_of
 
     drafter = drafter_of(llm)
     original = drafter.propose
@@ -94,7 +94,7 @@ def write_onpolicy(path: Path, model: str, prompts: list[str], *, n: int, k: int
     from tqdm import tqdm
     from vllm import SamplingParams
 
-    from vllm_cllm.runtime import with_engine
+    from vllm_cllm.runtime.engine import with_engine
 
     path.parent.mkdir(parents=True, exist_ok=True)
     done = done_prompt_ids(path)

@@ -3,7 +3,7 @@ through arctic-inference's suffix trees (the library behind vLLM's own ``suffix`
 
 A suffix tree answers "what followed the longest match of the context's last tokens, and how
 often" in microseconds, over every cached output at once, with per-token frequency estimates;
-the numpy lookups of :mod:`vllm_cllm.fill` and :mod:`vllm_cllm.history` see the request's own
+the numpy lookups of :mod:`vllm_cllm.sources.ngram` and :mod:`vllm_cllm.sources.history` see the request's own
 tokens and the last 16 outputs only. ``jacobi`` drafts from this lookup when arctic-inference
 is installed (option ``lookup``).
 
@@ -23,7 +23,7 @@ import numpy as np
 #: How long a match must be for a long draft: arctic-inference caps a draft at
 #: ``factor * match_length + offset`` tokens and stops at a token whose estimated probability
 #: falls below ``min_token_prob``. Looser than vLLM's ``suffix`` defaults (1.0, 0, 0.1): the
-#: ``jacobi`` rule that sizes drafts (vllm_cllm/acceptance.py) cuts what is unlikely, so the
+#: ``jacobi`` rule that sizes drafts (vllm_cllm/sizing/acceptance.py) cuts what is unlikely, so the
 #: lookup offers more (first-order replay on 48 gsm problems, README "The lookup").
 SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB = 1.0, 2.0, 0.05
 #: Tokens of context matched against the trees (vLLM's ``suffix_decoding_max_tree_depth``).

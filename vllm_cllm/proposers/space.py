@@ -45,10 +45,10 @@ from typing import Any
 
 import numpy as np
 
-from vllm_cllm.capture import SelfDraftingProposer, shifted_block
-from vllm_cllm.fill import Fill, NgramFill, NoFill
-from vllm_cllm.history import HistoryFill
-from vllm_cllm.jacobi import MODEL_SOURCE, HybridState, next_draft
+from vllm_cllm.proposers.capture import SelfDraftingProposer, shifted_block
+from vllm_cllm.sources.ngram import Fill, NgramFill, NoFill
+from vllm_cllm.sources.history import HistoryFill
+from vllm_cllm.proposers.jacobi import MODEL_SOURCE, HybridState, next_draft
 
 _EMPTY = np.empty(0, dtype=np.int64)
 

@@ -15,7 +15,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from vllm_cllm.fill import Fill
+from vllm_cllm.sources.ngram import Fill
 
 
 class OutputHistory:

@@ -1,4 +1,5 @@
-"""Fill policies: what completes a draft after the Jacobi tail, up to k tokens.
+"""N-gram lookups in the request's own tokens, and the fill policies built on them: what
+completes a draft after the Jacobi tail, up to k tokens.
 
 Each policy is a deterministic function of the request's own tokens (and a seeded generator),
 so every tensor-parallel rank drafts the same thing.
@@ -83,35 +84,6 @@ def ngram_continuations(context: np.ndarray, ngram_min: int, ngram_max: int,
         return context[:0], context[:0]
     usual, latest = _usual_start(context, hits), int(hits[-1])
     return context[usual:usual + num_tokens], context[latest:latest + num_tokens]
-
-
-def pool_continuation(context: np.ndarray, pool: list[np.ndarray], ngram_max: int,
-                      num_tokens: int) -> np.ndarray:
-    """What followed the context's longest suffix (``ngram_max`` down to 1 token) inside one
-    of ``pool``'s token streams: the most recent stream first, its first occurrence.
-
-    The pool holds the request's recent Jacobi iterates: guesses for positions it has not
-    committed yet, which often turn out right a step or two later, after a correction. Runs
-    every step for every request, so all streams and suffix lengths are compared at once.
-    """
-    n = min(ngram_max, len(context))
-    if n == 0 or not pool:
-        return context[:0]
-    lengths = np.array([len(stream) for stream in pool])
-    # each stream left-padded with n-1 impossible tokens: window p ends at stream position p
-    grid = np.full((len(pool), n - 1 + int(lengths.max())), -1, dtype=np.int64)
-    for row, stream in enumerate(pool):
-        grid[row, n - 1:n - 1 + len(stream)] = stream
-    equal = np.lib.stride_tricks.sliding_window_view(grid, n, axis=1) == context[-n:]
-    run = np.cumprod(equal[..., ::-1], axis=-1).sum(axis=-1)  # matched suffix length at p
-    run[np.arange(run.shape[1]) >= (lengths - 1)[:, None]] = 0  # a token must follow p
-    best = int(run.max())
-    if best == 0:
-        return context[:0]
-    rows, cols = np.nonzero(run == best)
-    newest = rows.max()
-    start = int(cols[rows == newest].min()) + 1
-    return pool[newest][start:start + num_tokens]
 
 
 class NgramFill:

@@ -1,6 +1,6 @@
 """Measure one engine configuration: tokens per verify step and output tokens/s.
 
-Each configuration runs in its own process (``python -m vllm_cllm.benchmarking``): engines
+Each configuration runs in its own process (``python -m vllm_cllm.bench.measure``): engines
 then never share memory or global state, and vLLM's ``ngram`` (which imports numba) cannot
 disturb the engines measured after it. Timings add up the engine steps' wall-clock
 times after a warm-up; compare configurations only within one run on one machine.
@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-from vllm_cllm.runtime import StepCounter, spec_metrics, with_engine
+from vllm_cllm.runtime.engine import StepCounter, spec_metrics, with_engine
 
 #: The default warm-up prompt: none of the measured ones. Proposers that remember earlier
 #: requests (``hybrid``'s history of outputs, vLLM's ``suffix``) would otherwise draft the
@@ -37,7 +37,7 @@ def _measure_batch_size(llm: Any, prompts: list[str], batch_size: int, max_token
 class SteppedMeasurement:
     """Prompts run ``batch_size`` at a time on one engine, a few engine steps per call of
     :meth:`advance`, timing only its own steps. Between calls the machine may run another
-    engine (:class:`vllm_cllm.engine_pool.EnginePool` alternates engines every few steps),
+    engine (:class:`vllm_cllm.bench.engine_pool.EnginePool` alternates engines every few steps),
     so that engines compared with each other see the same machine, milliseconds apart."""
 
     def __init__(self, llm: Any, prompts: list[str], batch_size: int, max_tokens: int,
@@ -158,7 +158,7 @@ def measure_in_subprocess(model: str, spec: dict[str, Any] | None,
                                                  engine_overrides=engine_overrides, env=env)]
     payload = json.dumps({"model": model, "spec": spec, "max_tokens": max_tokens,
                           "groups": prompts_by_batch, "engine_overrides": engine_overrides or {}})
-    proc = subprocess.run([sys.executable, "-m", "vllm_cllm.benchmarking"], input=payload,
+    proc = subprocess.run([sys.executable, "-m", "vllm_cllm.bench.measure"], input=payload,
                           capture_output=True, text=True, env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark worker failed for {spec}:\n{proc.stderr[-4000:]}")

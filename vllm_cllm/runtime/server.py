@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from vllm_cllm.runtime import CPU_ENV
+from vllm_cllm.runtime.engine import CPU_ENV
 
 
 def free_port() -> int:

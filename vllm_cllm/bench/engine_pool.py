@@ -16,7 +16,7 @@ import multiprocessing as mp
 import os
 from typing import Any
 
-from vllm_cllm.benchmarking import Group
+from vllm_cllm.bench.measure import Group
 
 #: KV cache per engine (GiB): several engines share this machine's 24 GiB; ample for
 #: batch 16 at the bench's lengths (SmolLM2-135M: ~46 KiB per token in fp32).
@@ -32,8 +32,8 @@ def _serve(conn: Any, model: str, spec: dict[str, Any] | None) -> None:
     """Worker: build the engine, then obey the parent (:class:`EnginePool`) until ``None``:
     ``start`` a group of prompts, ``advance`` it a few steps, send its ``row``."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)
-    from vllm_cllm.benchmarking import SteppedMeasurement
-    from vllm_cllm.runtime import with_engine
+    from vllm_cllm.bench.measure import SteppedMeasurement
+    from vllm_cllm.runtime.engine import with_engine
 
     def loop(llm: Any) -> None:
         warm_up(llm)
@@ -66,7 +66,7 @@ def warm_up(llm: Any) -> None:
     would otherwise pay that inside its timing."""
     from vllm import SamplingParams
 
-    from vllm_cllm.benchmarking import WARMUP_PROMPT
+    from vllm_cllm.bench.measure import WARMUP_PROMPT
 
     prompts = [" ".join([WARMUP_PROMPT] * (1 + i)) for i in range(16)]
     llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=32), use_tqdm=False)
@@ -111,7 +111,7 @@ class EnginePool:
     def measure(self, group: Group, max_tokens: int) -> dict[str, dict[str, Any]]:
         """One group of prompts on every engine in lock step: each takes
         :data:`STEPS_PER_TURN` engine steps in turn until all are done. Returns each engine's
-        row (:func:`vllm_cllm.benchmarking.measured_row`, with the group's tags) by name."""
+        row (:func:`vllm_cllm.bench.measure.measured_row`, with the group's tags) by name."""
         for name in self.configs:
             self._ask(name, {"start": group, "max_tokens": max_tokens})
         running, turn = list(self.configs), 0

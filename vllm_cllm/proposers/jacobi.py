@@ -14,17 +14,17 @@ from typing import Any
 
 import numpy as np
 
-from vllm_cllm.acceptance import HIT, MISSED, UNDRAFTED, Cells, TokenAcceptance
-from vllm_cllm.adaptive import (
+from vllm_cllm.sizing.acceptance import HIT, MISSED, UNDRAFTED, Cells, TokenAcceptance
+from vllm_cllm.sizing.cost_model import (
     SPEC_STEP_OVERHEAD_PER_REQUEST,
     AcceptanceRate,
     draft_lengths,
     drafts_cost_time,
     step_cost,
 )
-from vllm_cllm.capture import SelfDraftingProposer, VerifyPredictions
-from vllm_cllm.fill import Fill, NgramFill, RandomContextFill, make_fill, pool_continuation
-from vllm_cllm.suffix_lookup import SuffixTreeLookup
+from vllm_cllm.proposers.capture import SelfDraftingProposer, VerifyPredictions
+from vllm_cllm.sources.ngram import Fill, NgramFill, RandomContextFill, make_fill, pool_continuation
+from vllm_cllm.sources.suffix_trees import SuffixTreeLookup
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -69,7 +69,7 @@ MODEL_SOURCE = "model"
 #: vs 2.52, MT-bench 2.58 vs 2.48, ShareGPT 2.29 vs 2.40 (README, "Which source jacobi drafts").
 JACOBI_ORDER = ("ngram", "lookup", "pool", MODEL_SOURCE)
 #: The candidates of adaptive ``hybrid`` drafting, each token valued by how often tokens like
-#: it were accepted (vllm_cllm/acceptance.py): the lookup, the request's own n-gram
+#: it were accepted (vllm_cllm/sizing/acceptance.py): the lookup, the request's own n-gram
 #: continuation and the model's Jacobi tail. The pool is left out there: it measured no gain
 #: over these three (README, "Sizing drafts by learned acceptance").
 LEARNED_SOURCES = ("lookup", "ngram", MODEL_SOURCE)
@@ -170,14 +170,14 @@ class JacobiRequest:
     rate: AcceptanceRate = field(default_factory=AcceptanceRate)
     candidates: dict[str, np.ndarray] = field(default_factory=dict)
     cells: Cells = field(default_factory=dict)
-    #: how its last draft fared (vllm_cllm/acceptance.py: MISSED, HIT, UNDRAFTED)
+    #: how its last draft fared (vllm_cllm/sizing/acceptance.py: MISSED, HIT, UNDRAFTED)
     previous: int = UNDRAFTED
 
 
 def best_candidate(values: dict[str, np.ndarray], knee_tokens: float, floor_tokens: float,
                    token_margin: float = 0.0) -> str | None:
     """The candidate whose best prefix promises the most tokens per step cost for a request
-    on its own (the cost model of vllm_cllm/adaptive.py); None if none beats drafting
+    on its own (the cost model of vllm_cllm/sizing/cost_model.py); None if none beats drafting
     nothing (each value counting ``1 / (1 + token_margin)`` of itself, as there).
     :func:`draft_lengths` then sizes the chosen one against the rest of the batch."""
     plain = 1.0 / step_cost(1, knee_tokens, floor_tokens)
@@ -198,7 +198,7 @@ def _log_lookup(lookup: str) -> None:
     """Say which lookup ``hybrid`` drafts from: the default depends on what is installed."""
     from vllm.logger import init_logger
 
-    from vllm_cllm.suffix_lookup import suffix_tree_missing
+    from vllm_cllm.sources.suffix_trees import suffix_tree_missing
 
     why = "" if lookup == "suffix" else f" ({suffix_tree_missing() or 'as configured'})"
     where = "arctic-inference's suffix trees" if lookup == "suffix" else "numpy n-gram lookups"
@@ -272,7 +272,7 @@ class JacobiProposer(SelfDraftingProposer):
                          states: list[JacobiRequest | None], predictions: VerifyPredictions,
                          num_tokens_no_spec: np.ndarray, token_ids_cpu: np.ndarray
                          ) -> list[list[int]]:
-        """Adaptive k where drafts cost time (:func:`~vllm_cllm.adaptive.drafts_cost_time`:
+        """Adaptive k where drafts cost time (:func:`~vllm_cllm.sizing.cost_model.drafts_cost_time`:
         batch 8 and 16 on this CPU): no drafts, and no candidates built for them. There a
         draft token costs a good part of a request's step (all 16 requests drafting one token
         each: +42-70 % a step, benchmarks/draft_shape.py), while in a closed batch only the

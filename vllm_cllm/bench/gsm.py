@@ -5,7 +5,7 @@ A configuration is ``(model label, name, speculative config, also at batch 1)``;
 is compared with the same model's no-speculation row at the same batch size (speed-up and
 token identity). "Accept. length" is vLLM's mean acceptance length (over steps that
 drafted); "tokens/step" divides by every engine step each request took, counted
-(:func:`vllm_cllm.runtime.generate_counting_steps`); "tokens/verify step" leaves out each
+(:func:`vllm_cllm.runtime.engine.generate_counting_steps`); "tokens/verify step" leaves out each
 request's prefill step and the one token it gave.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from vllm_cllm.benchmarking import against_baseline, measure_in_subprocess
+from vllm_cllm.bench.measure import against_baseline, measure_in_subprocess
 from vllm_cllm.training.quality import accuracy, mean_distinct_n, mean_nll
 
 Config = tuple[str, str, dict | None, bool]

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from vllm_cllm.history import OutputHistory
+from vllm_cllm.sources.history import OutputHistory
 
 #: Set to 1 to print the number of requests a proposer holds state for whenever it changes
 #: (the server load benchmark reads it to show that aborted requests leave nothing behind).
@@ -246,7 +246,7 @@ class SelfDraftingProposer(VerifyObserver):
         self.max_model_len = vllm_config.model_config.max_model_len
         #: Outputs of the last ``history_size`` requests that left the batch: a bounded store
         #: shared by all requests (not per-request state), filled in the order requests
-        #: leave, which every tensor-parallel rank sees alike (vllm_cllm/history.py).
+        #: leave, which every tensor-parallel rank sees alike (vllm_cllm/sources/history.py).
         self.history = OutputHistory(self.options.history_in_use)
 
     def uses_history(self, req_id: str | None) -> bool:

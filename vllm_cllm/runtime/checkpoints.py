@@ -92,7 +92,7 @@ def _build_smollm2(out_dir: Path) -> None:
 
 
 def _build_tiny(out_dir: Path) -> None:
-    from vllm_cllm.tiny import make_tiny_llama
+    from vllm_cllm.runtime.tiny import make_tiny_llama
 
     make_tiny_llama(out_dir, model_path("smollm2-135m-instruct"))
 

@@ -1,6 +1,6 @@
 """The paper's SPACE auto-correct decoding, in plain PyTorch/transformers (batch 1, greedy).
 
-Measures what the vLLM layout (:mod:`vllm_cllm.space`) gives up. Per step the model sees
+Measures what the vLLM layout (:mod:`vllm_cllm.proposers.space`) gives up. Per step the model sees
 
     [committed tokens not yet cached] + [G_0, c_0, G_1, c_1, ..., c_{k-1}, G_k]
 

@@ -61,7 +61,7 @@ def drafts_cost_time(batch: int, knee_tokens: float, floor_tokens: float) -> boo
     floor and make up a quarter of the step's cost or more, so every draft token costs a
     good part of what a request's step does (batch 8 and 16 on this CPU; not batch 1 or 4,
     nor a GPU below ~86 requests). Adaptive k drafts nothing there (the proposer's
-    ``_propose_nothing``, vllm_cllm/jacobi.py)."""
+    ``_propose_nothing``, vllm_cllm/proposers/jacobi.py)."""
     return knee_tokens + batch > floor_tokens and 3 * batch >= knee_tokens
 
 
@@ -130,7 +130,7 @@ def draft_lengths(values: Sequence[Sequence[float]], rooms: list[int], knee_toke
 
     ``values[i][j]`` is the expected number of tokens that request i's draft position j + 1
     adds (non-increasing in j: the probability that it and every earlier draft token are
-    accepted; :meth:`AcceptanceRate.values`, :class:`vllm_cllm.acceptance.TokenAcceptance`).
+    accepted; :meth:`AcceptanceRate.values`, :class:`vllm_cllm.sizing.acceptance.TokenAcceptance`).
     ``rooms[i]`` caps request i (0 for a request in prefill, which still occupies the batch).
     A step costs ``max(floor_tokens, knee_tokens + query tokens)``, plus the overhead once
     anything is drafted. Greedy over positions in decreasing value is optimal for this ratio:

@@ -2,7 +2,7 @@
 
 Every configuration (model × speculative method) runs in its own engine process over every
 data set and batch size; one model's configurations are loaded side by side and run the same
-prompts in lock step, a few engine steps each in turn (vllm_cllm/engine_pool.py), so that this
+prompts in lock step, a few engine steps each in turn (vllm_cllm/bench/engine_pool.py), so that this
 shared machine's drift does not enter the ratios. Each row is compared with the same model's
 no-speculation row on the same prompts and batch size (speed-up, greedy token identity).
 Per-model results are cached under ``OUT/raw/`` so that an interrupted run resumes there.
@@ -19,8 +19,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from vllm_cllm.benchmarking import WARMUP_PROMPT, Group, against_baseline
-from vllm_cllm.engine_pool import EnginePool
+from vllm_cllm.bench.measure import WARMUP_PROMPT, Group, against_baseline
+from vllm_cllm.bench.engine_pool import EnginePool
 
 #: The demo checkpoints the bench compares (``vllm-cllm model-path`` prepares them).
 MODELS = {"base": "smollm2-135m-instruct", "cllm": "smollm2-135m-cllm-gsm",
@@ -113,7 +113,7 @@ def configurations(k: int, with_suffix: bool = True, quick: bool = False) -> lis
 def prompt_sets(plan: BenchPlan, tokenizer: Any) -> dict[str, list[str]]:
     """Enough prompts per data set for disjoint groups (:func:`groups`); chat template except
     for HumanEval (code completion)."""
-    from vllm_cllm.datasets import (
+    from vllm_cllm.bench.datasets import (
         chat_template,
         humaneval_prompts,
         mtbench_questions,

@@ -107,7 +107,7 @@ def generate_counting_steps(llm: Any, prompts: list[str], params: Any) -> Counte
 class StepCounter:
     """:func:`generate_counting_steps` one engine step at a time, so that a caller can time
     each step or hand the machine to another engine between steps
-    (:mod:`vllm_cllm.engine_pool`)."""
+    (:mod:`vllm_cllm.bench.engine_pool`)."""
 
     def __init__(self, llm: Any, prompts: list[str], params: Any) -> None:
         import uuid
