@@ -33,9 +33,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from vllm_cllm.bench.suite import MODELS, NGRAM_SPEC, SUFFIX_SPEC, BenchPlan, prompt_sets
-from vllm_cllm.bench.measure import WARMUP_PROMPT
 from vllm_cllm.bench.engine_pool import EnginePool
+from vllm_cllm.bench.measure import WARMUP_PROMPT
+from vllm_cllm.bench.suite import MODELS, NGRAM_SPEC, SUFFIX_SPEC, BenchPlan, prompt_sets
 from vllm_cllm.runtime.checkpoints import model_path
 
 JACOBI = {"method": "jacobi", "num_speculative_tokens": 15}
@@ -74,7 +74,7 @@ PRESETS: dict[str, Configs] = {
         "base ngram k=8": ("base", NGRAM_SPEC),
         "base suffix": ("base", SUFFIX_SPEC),
         "cllm none": ("cllm", None),
-        "cllm jacobi k=15": ("cllm", JACOBI),
+        "cllm jacobi fixed k=15": ("cllm", {**JACOBI, "adaptive": False}),
         "cllm jacobi adaptive k=15": ("cllm", ADAPTIVE),
     },
     "same-model-b1": SAME_MODEL,

@@ -1,5 +1,5 @@
 """What a verify step costs on this machine, by batch size and draft length: the measurement
-behind the adaptive-k cost model (``knee_tokens`` and ``floor_tokens``, vllm_cllm/sizing/cost_model.py)
+behind the adaptive cost model (``knee_tokens``, ``floor_tokens``: vllm_cllm/sizing/cost_model.py)
 — run it on a new machine before choosing them there.
 
 Each draft length K runs in its own engine (``jacobi`` with ``fill: random``, so every

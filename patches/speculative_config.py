@@ -14,8 +14,7 @@ import re
 import typing
 from typing import Any
 
-from vllm_cllm.errors import ConfigError
-from vllm_cllm.options import ADDITIONAL_CONFIG_KEY, METHODS, VLLM_KEYS, parse_options
+from vllm_cllm.options import ADDITIONAL_CONFIG_KEY, METHODS, OWN_KEYS, parse_options
 
 from . import PatchGroup, Wrap, has_params
 
@@ -72,15 +71,10 @@ def rewrite_speculative_args(engine_args: Any, target_model_config: Any = None) 
     if engine_args.spec_tokens is not None and "num_speculative_tokens" not in spec:
         spec["num_speculative_tokens"] = engine_args.spec_tokens
         engine_args.spec_tokens = None
+    vllm_keys = speculative_config_fields() - OWN_KEYS
     options = parse_options(spec, max_draft_tokens(),
-                            getattr(target_model_config, "hf_config", None))
-    vllm_spec = {k: v for k, v in spec.items() if k in VLLM_KEYS}
-    missing = sorted(set(vllm_spec) - speculative_config_fields())
-    if missing:
-        from . import vllm_version
-
-        raise ConfigError(f"vllm-cllm: vLLM {vllm_version()} has no speculative option "
-                          f"{', '.join(map(repr, missing))}; remove it from the config")
+                            getattr(target_model_config, "hf_config", None), vllm_keys)
+    vllm_spec = {k: v for k, v in spec.items() if k in vllm_keys}
     vllm_spec.update(method="custom_class", model=METHODS[options.method],
                      num_speculative_tokens=options.vllm_draft_tokens)
     engine_args.speculative_config = vllm_spec

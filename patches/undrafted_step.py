@@ -3,11 +3,9 @@
 vLLM 0.32 sends every step of an engine with a speculative config through the rejection
 sampler, also when no request has a draft (its ``_prepare_inputs`` tests for the config, not
 for drafts). Adaptive ``jacobi`` at a large batch drafts in few steps, and there the spec-decode
-path is pure overhead: on this 2-core CPU it put ``sample_tokens`` of such a batch-16 step
-at 4.6 ms median against 3.7 ms with this patch (0.6 ms without speculation; README, "Batch
-16: where the loss was"). After the original ``_prepare_inputs`` has run, a step with
-no draft token in it gets ``spec_decode_metadata = None``, which sends ``_sample`` to vLLM's
-plain sampler.
+path is pure overhead (docs/results.md, step profile). After the original
+``_prepare_inputs`` has run, a step with no draft token in it gets
+``spec_decode_metadata = None``, which sends ``_sample`` to vLLM's plain sampler.
 
 Lossless: with no drafts, the rejection sampler's output is its bonus tokens, drawn by the
 same ``Sampler`` on the same rows (the logits indices of a zero-draft step are each request's

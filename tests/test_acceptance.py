@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from vllm_cllm.sizing.acceptance import PRIOR_RATE, TokenAcceptance
+from vllm_cllm.options import parse_options
 from vllm_cllm.proposers.capture import VerifyPredictions
 from vllm_cllm.proposers.jacobi import LEARNED_SOURCES, JacobiProposer, best_candidate
-from vllm_cllm.options import parse_options
+from vllm_cllm.sizing.acceptance import PRIOR_RATE, TokenAcceptance
 
 
 def _a(*tokens: int) -> np.ndarray:
@@ -112,10 +112,10 @@ def _learned_proposer(k: int = 4, knee: int = 20, floor: int = 0) -> JacobiPropo
 def test_proposer_learns_which_candidates_pay_and_frees_their_state():
     """A request whose text repeats: its lookups always agree and are always right, so the
     proposer, starting from the 30 % prior, comes to draft the full k."""
-    from vllm_cllm.proposers.jacobi import matched_prefix
+    from vllm_cllm.proposers.drafting import matched_prefix
 
     proposer = _learned_proposer(k=4)
-    assert proposer.learned
+    assert proposer.options.adaptive
     text = [3, 4, 5, 6] * 30
     tokens = np.array([text])
     length, draft, lengths = 8, [], []
@@ -137,7 +137,7 @@ def test_proposer_learns_which_candidates_pay_and_frees_their_state():
 def _verify_and_propose(proposer: JacobiProposer, ids: list[str], steps: int) -> list[int]:
     """``steps`` verify steps of requests ``ids`` whose text repeats (every lookup is right),
     each followed by the proposer's next drafts; the draft tokens made per step."""
-    from vllm_cllm.proposers.jacobi import matched_prefix
+    from vllm_cllm.proposers.drafting import matched_prefix
 
     text = [3, 4, 5, 6] * 30
     tokens = np.array([text] * len(ids))
@@ -185,3 +185,42 @@ def test_the_table_follows_a_change_of_workload():
     for _ in range(400):  # then one where they are wrong
         table.observe(lone, cells, [2])
     assert table.values(cells)["lookup"][0] < 0.5
+
+
+def _default_proposer(k: int) -> JacobiProposer:
+    """``jacobi`` with nothing but k: the recommended default (adaptive hybrid)."""
+    spec = {"method": "jacobi", "num_speculative_tokens": k}
+    return JacobiProposer(SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=k),
+        model_config=SimpleNamespace(max_model_len=400),
+        additional_config={"vllm_cllm": parse_options(spec, max_k=k).to_dict()}))
+
+
+def test_the_default_drafts_a_strong_jacobi_tail_over_worse_lookups():
+    """A checkpoint whose own predictions are right even behind wrong draft tokens (an ideal
+    CLLM), on text whose n-grams recur with other continuations (the lookups propose, and
+    are mostly wrong): the default drafts the model's tail — restarting its block from
+    noise whenever a tail was accepted whole — and commits several tokens per step."""
+    from vllm_cllm.proposers.drafting import matched_prefix
+
+    k = 8
+    rng = np.random.default_rng(0)
+    text = rng.integers(10, 16, 400).tolist()  # six tokens: every n-gram recurs
+    proposer = _default_proposer(k)
+    assert proposer.options.adaptive and proposer.options.fill == "hybrid"
+    tokens = np.array([text])
+    length, draft, committed, from_tail = 16, [], [], 0
+    for _ in range(60):
+        row = text[length:length + len(draft) + 1]  # right at every position
+        accepted = matched_prefix(np.array(draft), row[:len(draft)])
+        proposer.retain_requests({"r"}, {"r"})
+        proposer.predictions = VerifyPredictions(["r"], np.array(row), np.array([0, len(row)]))
+        tail = row[accepted + 1:]
+        length += accepted + 1
+        committed.append(accepted + 1)
+        draft = proposer.propose([row[:accepted + 1]], np.array([length]), tokens)[0]
+        from_tail += bool(tail) and draft == tail[:len(draft)]
+        if length > 300:
+            break
+    assert from_tail >= len(committed) // 3  # every step that has a tail drafts it
+    assert np.mean(committed[10:]) > 3.0  # fixed-order hybrid, lookups first: ~1.2 here

@@ -7,6 +7,10 @@ import json
 
 import pytest
 
+from vllm_cllm.bench.datasets import mtbench_questions, sharegpt_questions
+from vllm_cllm.bench.engine_pool import turn_order
+from vllm_cllm.bench.measure import WARMUP_PROMPT
+from vllm_cllm.bench.report import FIELDS, write_results
 from vllm_cllm.bench.suite import (
     BenchConfig,
     BenchPlan,
@@ -16,10 +20,6 @@ from vllm_cllm.bench.suite import (
     merge_rounds,
     run,
 )
-from vllm_cllm.bench.report import FIELDS, write_results
-from vllm_cllm.bench.measure import WARMUP_PROMPT
-from vllm_cllm.bench.datasets import mtbench_questions, sharegpt_questions
-from vllm_cllm.bench.engine_pool import turn_order
 
 
 def test_mtbench_and_sharegpt_come_from_their_wheels():

@@ -11,11 +11,17 @@ from vllm_cllm.options import ProposerOptions, parse_options
 def test_defaults_and_valid_options():
     opts = parse_options({"method": "jacobi", "num_speculative_tokens": 8, "fill": "random",
                           "seed": 3}, max_k=128)
-    assert opts == ProposerOptions(num_speculative_tokens=8, fill="random", seed=3)
+    assert opts == ProposerOptions(num_speculative_tokens=8, fill="random", seed=3,
+                                   adaptive=False)
+    assert not opts.adaptive  # other fills draft a fixed k
     adaptive = parse_options({"method": "jacobi", "num_speculative_tokens": 8,
                               "adaptive": True, "knee_tokens": 64}, max_k=128)
     assert adaptive.adaptive and adaptive.knee_tokens == 64
     defaults = parse_options({"method": "jacobi", "num_speculative_tokens": 8}, max_k=128)
+    assert defaults.adaptive and defaults.fill == "hybrid"  # the recommended default
+    fixed = parse_options({"method": "jacobi", "num_speculative_tokens": 8, "adaptive": False,
+                           "pool_size": 4}, max_k=128)
+    assert not fixed.adaptive and fixed.pool_size == 4
     assert (defaults.knee_tokens, defaults.floor_tokens) == (24, 28)  # the CPU platform's
     assert defaults.token_margin_pct == 30 and parse_options(
         {"method": "jacobi", "num_speculative_tokens": 8, "adaptive": True,
@@ -52,12 +58,17 @@ def test_defaults_and_valid_options():
     ({"method": "jacobi", "num_speculative_tokens": 4, "adaptive": True, "floor_tokens": -1},
      ["floor_tokens", "[0,"]),
     # the cost model's options mean nothing without the adaptive rule: refused, not ignored
-    ({"method": "jacobi", "num_speculative_tokens": 4, "knee_tokens": 32},
+    ({"method": "jacobi", "num_speculative_tokens": 4, "adaptive": False, "knee_tokens": 32},
      ["knee_tokens", "adaptive"]),
-    ({"method": "jacobi", "num_speculative_tokens": 4, "floor_tokens": 8},
+    ({"method": "jacobi", "num_speculative_tokens": 4, "fill": "tail", "floor_tokens": 8},
      ["floor_tokens", "adaptive"]),
-    ({"method": "jacobi", "num_speculative_tokens": 4, "token_margin_pct": 50},
-     ["token_margin_pct", "adaptive"]),
+    ({"method": "jacobi", "num_speculative_tokens": 4, "adaptive": False,
+      "token_margin_pct": 50}, ["token_margin_pct", "adaptive"]),
+    # adaptive drafting chooses among hybrid's candidates; the pool is a fixed-k source
+    ({"method": "jacobi", "num_speculative_tokens": 4, "fill": "ngram", "adaptive": True},
+     ["adaptive", "'ngram'", "fixed k"]),
+    ({"method": "jacobi", "num_speculative_tokens": 4, "pool_size": 4},
+     ["pool_size", "fixed-k", "\"adaptive\": false"]),
     ({"method": "jacobi", "num_speculative_tokens": 4, "adaptive": True,
       "token_margin_pct": 1001}, ["token_margin_pct", "[0, 1000]"]),
     ({"method": "space", "num_speculative_tokens": 4, "adaptive": True,
@@ -121,12 +132,13 @@ def test_bad_option_fails_at_config_time(tiny_path):
 
 
 def test_vllm_keys_pass_through_or_are_refused_by_name(tiny_path):
-    """vLLM's own speculative keys reach its SpeculativeConfig; one this vLLM does not have
-    is refused before the engine starts, naming the key and the vLLM version."""
+    """Fields of this vLLM's SpeculativeConfig reach it untouched; a key it does not have
+    (``disable_by_batch_size``, gone since vLLM 0.x) is refused before the engine starts."""
     config = _engine_config(tiny_path, speculative_config={
         "method": "jacobi", "num_speculative_tokens": 4, "max_model_len": 256})
     assert config.speculative_config.max_model_len == 256
-    with pytest.raises(ConfigError, match=r"vLLM \S+ has no speculative option 'disable_by_"):
+    with pytest.raises(ConfigError, match=r"unknown option.*'disable_by_batch_size'.*"
+                                          r"SpeculativeConfig"):
         _engine_config(tiny_path, speculative_config={
             "method": "jacobi", "num_speculative_tokens": 4, "disable_by_batch_size": 4})
 

@@ -8,8 +8,9 @@ import numpy as np
 import torch
 
 from vllm_cllm.proposers.capture import VerifyPredictions
+from vllm_cllm.proposers.drafting import matched_prefix, next_draft
+from vllm_cllm.proposers.jacobi import JacobiProposer, JacobiSources
 from vllm_cllm.sources.ngram import NgramFill, NoFill, RandomContextFill
-from vllm_cllm.proposers.jacobi import HybridState, JacobiProposer, matched_prefix, next_draft
 
 
 def _logits_for(predicted: list[int], vocab: int = 50) -> torch.Tensor:
@@ -124,7 +125,7 @@ def test_random_fill_is_seeded_and_from_context():
 
 
 def test_hybrid_prefers_the_source_that_matched():
-    state = HybridState()
+    state = JacobiSources()
     jacobi, ngram = np.array([1, 2, 3]), np.array([7, 8, 9])
     for _ in range(3):
         state.choose({"model": jacobi, "ngram": ngram})
@@ -134,7 +135,7 @@ def test_hybrid_prefers_the_source_that_matched():
 
 
 def test_hybrid_switches_to_a_third_source_that_keeps_matching():
-    state = HybridState()
+    state = JacobiSources()
     tail, ngram, pool = np.array([1, 2, 3]), np.array([7, 8, 9]), np.array([4, 5, 6])
     for _ in range(6):
         state.choose({"model": tail, "ngram": ngram, "pool": pool})
@@ -148,7 +149,7 @@ def test_hybrid_switches_to_a_third_source_that_keeps_matching():
 
 
 def test_hybrid_probes_a_useless_tail_with_a_short_draft():
-    state = HybridState()
+    state = JacobiSources()
     jacobi, empty = np.arange(10, 18), np.empty(0, dtype=np.int64)
     assert len(state.choose({"model": jacobi, "ngram": empty})) == 8  # optimistic start
     for _ in range(5):
@@ -158,7 +159,7 @@ def test_hybrid_probes_a_useless_tail_with_a_short_draft():
 
 
 def test_jacobi_drafts_a_lookup_before_the_pool_and_the_pool_before_its_tail():
-    state = HybridState()
+    state = JacobiSources()
     tail, ngram = np.array([1, 2, 3]), np.array([7, 8, 9])
     lookup, pool, empty = np.array([4, 5]), np.array([6]), np.empty(0, dtype=np.int64)
     for _ in range(3):  # the tail has been right: its score does not outrank a lookup
@@ -177,7 +178,7 @@ def test_jacobi_drafts_a_lookup_before_the_pool_and_the_pool_before_its_tail():
 
 
 def test_jacobi_drafts_the_ngram_continuation_that_has_matched_better_in_the_request():
-    state = HybridState()
+    state = JacobiSources()
     usual, latest, tail = np.array([7, 8, 9]), np.array([7, 5, 6]), np.array([1, 2])
     candidates = {"model": tail, "ngram": usual, "ngram_latest": latest}
     assert state.first_in_order(candidates) is usual  # a tie goes to the usual continuation
@@ -193,7 +194,7 @@ def test_jacobi_drafts_the_ngram_continuation_that_has_matched_better_in_the_req
 
 
 def test_pool_continues_the_context_from_a_recent_iterate():
-    from vllm_cllm.sources.ngram import pool_continuation
+    from vllm_cllm.sources.pool import pool_continuation
 
     pool = [np.array([5, 6, 7, 8, 9]), np.array([1, 2, 3, 4])]
     # longest suffix first: "2 3" occurs in the newest stream, so its continuation wins
@@ -216,7 +217,7 @@ def _pool_continuation_by_search(context, pool, ngram_max, num_tokens):
 
 
 def test_pool_lookup_equals_the_spelled_out_search_on_random_pools():
-    from vllm_cllm.sources.ngram import pool_continuation
+    from vllm_cllm.sources.pool import pool_continuation
 
     rng = np.random.default_rng(0)
     for _ in range(500):
@@ -230,19 +231,19 @@ def test_pool_lookup_equals_the_spelled_out_search_on_random_pools():
 def test_proposer_drafts_from_its_pool_of_recent_iterates():
     """The proposer keeps each request's recent Jacobi iterates (last committed token + tail)
     and, once the pool has matched better than the other sources, drafts its continuation."""
-    proposer = _proposer(k=3, fill="hybrid")
+    proposer = _proposer(k=3, fill="hybrid", adaptive=False)
     state = proposer._request("a", [1])
-    state.hybrid.pool.append(np.array([2, 30, 31, 32]))
-    state.hybrid.scores.update({"model": 0.0, "ngram": 0.0, "pool": 2.0})
+    state.sources.pool.append(np.array([2, 30, 31, 32]))
+    state.sources.scores.update({"model": 0.0, "ngram": 0.0, "pool": 2.0})
     tokens = np.zeros((1, 20), dtype=np.int64)
     tokens[0, :3] = [5, 6, 30]  # committed "... 30": the pool stream continues with 31 32
-    draft = proposer._draft(0, [30], 3, state, None, np.array([3]), tokens)
+    draft = proposer._draft_fixed(0, [30], 3, state, None, np.array([3]), tokens)
     assert draft.tolist() == [31, 32]
-    assert len(state.hybrid.pool) == 1  # no tail this step: nothing new to recycle
+    assert len(state.sources.pool) == 1  # no tail this step: nothing new to recycle
 
 
 def test_hybrid_state_is_dropped_when_request_leaves():
-    proposer = _proposer(k=3, fill="hybrid")
+    proposer = _proposer(k=3, fill="hybrid", adaptive=False)
     proposer.observe_verification(_logits_for([1, 2]), None, ["a", "b"])
     proposer.propose([[1], [2]], np.array([5, 5]), np.ones((2, 10), dtype=np.int64))
     assert proposer.tracked_requests() == {"a", "b"}
@@ -255,7 +256,7 @@ def test_outputs_of_requests_that_left_become_a_draft_source_for_greedy_requests
     greedy request whose context ends like a phrase of it gets the rest of the phrase drafted
     once that source has matched best. A sampled request never drafts from it: its samples
     depend on its drafts, which must not depend on what ran before it."""
-    proposer = _proposer(k=4, fill="hybrid", lookup="ngram")
+    proposer = _proposer(k=4, fill="hybrid", lookup="ngram", adaptive=False)
     tokens = np.zeros((1, 20), dtype=np.int64)
     tokens[0, :12] = [90, 91, 92, 93, 40, 41, 42, 43, 44, 45, 46, 47]  # prompt of 4 + output
     proposer.observe_verification(_logits_for([40]), None, ["a"])
@@ -271,10 +272,10 @@ def test_outputs_of_requests_that_left_become_a_draft_source_for_greedy_requests
     for greedy, expected in (({"b"}, [43, 44, 45, 46]), (set(), [])):
         proposer.retain_requests({"b"}, greedy)
         state = proposer._request("b", [42])
-        state.hybrid.scores.update({"model": 0.0, "ngram": 0.0, "pool": 0.0, "lookup": 2.0})
-        draft = proposer._draft(0, [42], 4, state, predictions, np.array([6]), tokens)
+        state.sources.scores.update({"model": 0.0, "ngram": 0.0, "pool": 0.0, "lookup": 2.0})
+        draft = proposer._draft_fixed(0, [42], 4, state, predictions, np.array([6]), tokens)
         assert draft.tolist()[:len(expected)] == expected
-        assert ("lookup" in state.hybrid.proposed) == bool(greedy)
+        assert ("lookup" in state.sources.proposed) == bool(greedy)
 
 
 def test_ngram_prefers_longest_then_usual_then_first_match():

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from vllm_cllm.proposers.capture import VerifyPredictions
 from vllm_cllm.kernels import fixed_point_step, resolve_backend, triton_available
+from vllm_cllm.proposers.capture import VerifyPredictions
 
 
 @dataclass

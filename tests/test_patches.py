@@ -97,8 +97,8 @@ def test_a_step_without_drafts_is_sampled_plainly_only_for_our_drafters():
     no spec-decode metadata (vLLM's plain sampler); otherwise vLLM's result untouched."""
     from types import SimpleNamespace
 
-    from vllm_cllm.proposers.capture import VerifyObserver
     from vllm_cllm.patches import undrafted_step
+    from vllm_cllm.proposers.capture import VerifyObserver
 
     assert undrafted_step.patch_group().missing() == []  # the installed vLLM has the hooks
     metadata = SimpleNamespace(num_draft_tokens=[0, 0])

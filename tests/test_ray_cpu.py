@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_cllm.bench.measure import measure_in_subprocess
 from vllm_cllm.bench.lossless import compare
+from vllm_cllm.bench.measure import measure_in_subprocess
 from vllm_cllm.patches.ray_cpu import ENV_FLAG, RESOURCE
 
 pytest.importorskip("ray")

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_cllm.proposers.capture import VerifyPredictions
 from vllm_cllm.errors import ConfigError
-from vllm_cllm.sources.ngram import NgramFill, NoFill
-from vllm_cllm.proposers.jacobi import HybridState
 from vllm_cllm.options import parse_options
+from vllm_cllm.proposers.capture import VerifyPredictions
+from vllm_cllm.proposers.drafting import SourceScores
 from vllm_cllm.proposers.space import SpaceProposer, SpaceRequest, next_candidates
+from vllm_cllm.sources.ngram import NgramFill, NoFill
 from vllm_cllm.training.space import (
     MASK_TOKEN,
     SarDataset,
@@ -272,14 +272,14 @@ def test_hybrid_prefers_ngrams_for_a_request_whose_mask_guesses_keep_missing():
     proposer.own_fill = NgramFill(2, 2, 100)
     tokens = np.zeros((1, 100), dtype=np.int64)
     tokens[0, :6] = [1, 2, 3, 4, 1, 2]  # n-gram lookup alone continues "1 2" with "3 4 1 2"
-    proposer.request_state["r"] = SpaceRequest(0, HybridState({"model": 0.1, "ngram": 1.5}))
+    proposer.request_state["r"] = SpaceRequest(0, SourceScores({"model": 0.1, "ngram": 1.5}))
     proposer.predictions = VerifyPredictions(["r"], np.array([2, 42, 43, 44]),
                                              np.array([0, 4]))
     assert proposer.propose([[2]], np.array([6]), tokens) == [[3, 4, 1, 2] + [MASK] * 2]
     assert proposer.request_state["r"].last_candidates == 4
     # a match as long as all 2k slots leaves no mask; the next step has no mask rows then
     tokens[0, :10] = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2]
-    proposer.request_state["r"] = SpaceRequest(0, HybridState({"model": 0.1, "ngram": 1.5}))
+    proposer.request_state["r"] = SpaceRequest(0, SourceScores({"model": 0.1, "ngram": 1.5}))
     proposer.predictions = VerifyPredictions(["r"], np.array([2, 42, 43, 44]),
                                              np.array([0, 4]))
     assert proposer.propose([[2]], np.array([10]), tokens) == [[3, 4, 5, 6, 7, 8]]
@@ -298,7 +298,7 @@ def test_hybrid_after_a_rejection_scores_the_jacobi_tail_against_ngrams():
                                                                            MASK, MASK]),
                              ({"model": 1.0, "tail": 0.1, "ngram": 1.5}, [3, 4, 1, 2, MASK,
                                                                            MASK])):
-        state = HybridState(dict(scores))
+        state = SourceScores(dict(scores))
         proposer.request_state["r"] = SpaceRequest(3, state)
         proposer.predictions = VerifyPredictions(["r"], row, np.array([0, 7]),
                                                  num_mask=np.array([3]))

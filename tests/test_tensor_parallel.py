@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_cllm.bench.measure import measure_in_subprocess
 from vllm_cllm.bench.lossless import compare
+from vllm_cllm.bench.measure import measure_in_subprocess
 
 pytestmark = pytest.mark.engine
 

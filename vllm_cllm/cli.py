@@ -25,8 +25,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     import datetime
     from pathlib import Path
 
-    from vllm_cllm.bench.suite import MODELS, BenchPlan, configurations, run, suffix_available
     from vllm_cllm.bench.report import write_results
+    from vllm_cllm.bench.suite import MODELS, BenchPlan, configurations, run, suffix_available
     from vllm_cllm.runtime.checkpoints import model_path
 
     plan = BenchPlan.quick() if args.quick else BenchPlan()
@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", choices=["base", "cllm", "space"],
                    help="only these models (each with its own baseline)")
     p.add_argument("--methods", nargs="+", metavar="METHOD",
-                   help="only these table methods, e.g. 'jacobi adaptive k=15' (baselines stay)")
+                   help="only these table methods, e.g. 'jacobi k=15' (baselines stay)")
     p.add_argument("--batch-sizes", nargs="+", type=int, choices=[1, 4, 16],
                    help="only these batch sizes")
     p.add_argument("--datasets", nargs="+", choices=["gsm", "humaneval", "mtbench", "sharegpt"],

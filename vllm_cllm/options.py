@@ -7,11 +7,12 @@ validated here, removed from the speculative config and carried to the workers t
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from vllm_cllm.sizing.cost_model import TOKEN_MARGIN_PCT
 from vllm_cllm.errors import ConfigError
+from vllm_cllm.sizing.cost_model import TOKEN_MARGIN_PCT
 
 #: Methods this plugin adds, with the proposer class each one maps to (vLLM's custom_class hook).
 METHODS: dict[str, str] = {
@@ -20,7 +21,7 @@ METHODS: dict[str, str] = {
 }
 
 FILL_POLICIES = ("hybrid", "ngram", "tail", "random")
-#: What ``space`` drafts when its mask slots cannot be used (vllm_cllm/proposers/space.py); 1st: default.
+#: What ``space`` drafts when its mask slots cannot be used; the first is the default.
 SPACE_FILL_POLICIES = ("hybrid", "ngram", "masks", "tail")
 #: Options each method accepts besides num_speculative_tokens.
 METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -45,58 +46,34 @@ LOOKUPS = ("suffix", "ngram")
 DEFAULT_HISTORY = {"suffix": 1024, "ngram": 16}
 MAX_HISTORY = {"suffix": 1 << 20, "ngram": 256}
 
-#: Options of the adaptive rule: given without ``adaptive: true`` they are refused.
+#: Options of the adaptive rule: refused where drafting is not adaptive.
 ADAPTIVE_OPTIONS = ("knee_tokens", "floor_tokens", "token_margin_pct")
 
-#: Keys the plugin sets itself in vLLM's SpeculativeConfig.
+#: Keys the plugin sets itself in vLLM's SpeculativeConfig; every other field of the
+#: installed vLLM's SpeculativeConfig (probed by the front-end patch) passes through untouched.
 OWN_KEYS = {"method", "num_speculative_tokens", "model"}
-#: Other SpeculativeConfig keys that the plugin passes through to vLLM untouched.
-VLLM_KEYS = {"disable_by_batch_size", "max_model_len", "disable_log_stats"}
 
 ADDITIONAL_CONFIG_KEY = "vllm_cllm"
 
 
 @dataclass(frozen=True)
 class ProposerOptions:
-    """Options of the ``jacobi`` proposer (``space`` extends them).
+    """Options of both proposers, as validated by :func:`parse_options` (docs/options.md
+    has the full text and why each default).
 
-    fill: what completes the draft after the Jacobi tail, up to k tokens —
-      ``ngram`` (tail, then the continuation of the longest suffix n-gram seen in the request:
-      its most frequent continuation, the first occurrence of that),
-      ``tail`` (the Jacobi tail only, as CLLM's shrinking block; random prompt tokens when empty),
-      ``random`` (tokens drawn from the request's own prompt and output, as CLLM starts blocks),
-      ``hybrid`` (at a fixed k, per request and step, the first source with a draft of: the
-      n-gram lookup — its usual or its latest continuation, whichever has matched better in
-      the request —, the ``lookup``, the pool, "tail + ngram" — vllm_cllm/proposers/jacobi.py
-      ``JACOBI_ORDER``; with ``adaptive``, the candidate — lookup, n-gram continuation or
-      Jacobi tail — whose tokens promise the most, each token valued by how often tokens of
-      its kind were accepted: vllm_cllm/sizing/acceptance.py).
-    ngram_min / ngram_max: n-gram lengths tried by the ``ngram`` fill.
-    seed: seeds the ``random`` fill; the same on every tensor-parallel rank.
-    adaptive: choose each request's draft (``hybrid``: which candidate) and its length per
-      step from the batch size and the acceptance seen so far (vllm_cllm/sizing/cost_model.py,
-      vllm_cllm/sizing/acceptance.py) instead of always drafting k.
-    knee_tokens / floor_tokens: the adaptive cost model — a verify step over N query tokens
-      costs ``max(floor_tokens, knee_tokens + N)`` one-token units (defaults: 24 / 28 on CPU,
-      fitted by benchmarks/step_cost.py; 256 / 0 on GPUs). Refused without ``adaptive``.
-    token_margin_pct: by how much (percent) a draft token's expected yield must exceed what
-      it costs under that model (vllm_cllm/sizing/cost_model.py ``TOKEN_MARGIN_PCT``, default 30).
-      Tokens below the floor cost nothing and are unaffected; refused without ``adaptive``.
-    pool_size: with ``hybrid``, how many of the request's recent Jacobi iterates are kept as a
-      draft source (Lookahead's n-gram pool, Jacobi Forcing's rejection recycling); 0 turns it
-      off.
-    history_size: how many outputs of earlier requests are kept as a draft source (what
-      followed the context's last tokens there, as vLLM's ``suffix`` method does across
-      requests); 0 turns it off. Default 1024 with the suffix lookup, 16 with ``ngram``.
-    lookup (``jacobi``, ``hybrid``): ``suffix`` looks the context up in arctic-inference's
-      suffix trees over the prompt, the request's output and earlier outputs (the library
-      behind vLLM's ``suffix`` method; the default where it is installed), ``ngram`` in this
-      project's numpy lookups (the request's own n-grams, the last 16 outputs).
-    ``pool_size`` and ``history_size`` given with a fill that does not use them are refused
-    (``FILL_OPTIONS``).
+    fill: what completes the Jacobi tail up to k — ``hybrid`` (several sources), ``ngram``
+      (the request's own n-grams), ``tail`` (the tail alone: pure Jacobi decoding), ``random``
+      (tokens of the request's own text); ``space``: ``hybrid``, ``ngram``, ``masks``, ``tail``.
+    adaptive (``jacobi``; default true with ``hybrid``): each step, each request drafts the
+      candidate whose tokens promise the most and the batch's drafts are sized by the cost
+      model ``max(floor_tokens, knee_tokens + N)``; false drafts a fixed k.
+    token_margin_pct: how much a draft token's expected yield must beat its cost.
+    ngram_min / ngram_max: n-gram lengths; seed: the ``random`` fill's seed.
+    pool_size: fixed-k ``hybrid``'s pool of recent Jacobi iterates (0: off).
+    history_size / lookup: how many earlier outputs the lookup keeps, and where it looks
+      (``suffix``: arctic-inference's suffix trees; ``ngram``: the numpy history).
     mask_token_id (``space``): the checkpoint's mask token, from its config unless given.
-    For ``space``, num_speculative_tokens is k, the masks per step; vLLM verifies 2k draft
-    slots (candidates, then up to k masks in the slots left).
+    For ``space``, num_speculative_tokens is k, the masks per step; vLLM verifies 2k slots.
     """
 
     method: str = "jacobi"
@@ -105,7 +82,7 @@ class ProposerOptions:
     ngram_min: int = 2
     ngram_max: int = 4
     seed: int = 0
-    adaptive: bool = False
+    adaptive: bool = True  # with fill hybrid; parse_options sets False for other fills
     knee_tokens: int = 24
     floor_tokens: int = 28
     token_margin_pct: int = TOKEN_MARGIN_PCT
@@ -142,22 +119,25 @@ def _int_in(name: str, value: Any, low: int, high: int) -> int:
     return value
 
 
-def parse_options(spec: dict[str, Any], max_k: int, hf_config: Any = None) -> ProposerOptions:
+def parse_options(spec: dict[str, Any], max_k: int, hf_config: Any = None,
+                  vllm_keys: Collection[str] = ()) -> ProposerOptions:
     """Validate the plugin part of a speculative config dict (already holding our ``method``).
 
     ``max_k`` is vLLM's per-request limit on draft slots; ``hf_config`` the target model's
-    config (``space`` reads its mask token there). Raises ConfigError naming the offending
+    config (``space`` reads its mask token there); ``vllm_keys`` the installed vLLM's
+    SpeculativeConfig fields, which pass through. Raises ConfigError naming the offending
     key and the allowed values.
     """
     method = spec.get("method")
     if method not in METHODS:
         raise ConfigError(f"vllm-cllm: unknown method {method!r}; allowed: {', '.join(METHODS)}")
     allowed = METHOD_OPTIONS[method]
-    unknown = sorted(set(spec) - OWN_KEYS - VLLM_KEYS - set(allowed))
+    unknown = sorted(set(spec) - OWN_KEYS - set(vllm_keys) - set(allowed))
     if unknown:
         raise ConfigError(
             f"vllm-cllm: unknown option(s) {', '.join(map(repr, unknown))} for method {method!r}; "
-            f"allowed: num_speculative_tokens, {', '.join(allowed)}"
+            f"allowed: num_speculative_tokens, {', '.join(allowed)}, and the fields of vLLM's "
+            f"SpeculativeConfig"
         )
     if "model" in spec and spec["model"] not in (None, METHODS[method]):
         raise ConfigError(
@@ -184,13 +164,20 @@ def parse_options(spec: dict[str, Any], max_k: int, hf_config: Any = None) -> Pr
     ngram_max = _int_in("ngram_max", spec.get("ngram_max", ProposerOptions.ngram_max),
                         ngram_min, 64)
     seed = _int_in("seed", spec.get("seed", ProposerOptions.seed), 0, 2**31 - 1)
-    adaptive = spec.get("adaptive", False)
+    adaptive = spec.get("adaptive", method == "jacobi" and fill == "hybrid")
     if not isinstance(adaptive, bool):
         raise ConfigError(f"vllm-cllm: adaptive must be true or false; got {adaptive!r}")
+    if adaptive and fill != "hybrid":
+        raise ConfigError(f"vllm-cllm: adaptive drafting chooses among the hybrid fill's "
+                          f"candidates; fill {fill!r} drafts a fixed k (remove \"adaptive\")")
     for name in ADAPTIVE_OPTIONS:
         if name in spec and not adaptive:
             raise ConfigError(f"vllm-cllm: {name} sets the adaptive rule's cost model and is "
-                              f"used only with \"adaptive\": true")
+                              f"used only with adaptive drafting (fill hybrid, the default, "
+                              f"without \"adaptive\": false)")
+    if "pool_size" in spec and adaptive:
+        raise ConfigError("vllm-cllm: pool_size is a source of fixed-k drafting; adaptive "
+                          "drafting does not use it (add \"adaptive\": false, or remove it)")
     default_knee, default_floor = default_cost_model()
     knee_tokens = _int_in("knee_tokens", spec.get("knee_tokens", default_knee), 1, 1 << 20)
     floor_tokens = _int_in("floor_tokens", spec.get("floor_tokens", default_floor), 0, 1 << 20)
@@ -229,10 +216,9 @@ def _lookup(spec: dict[str, Any]) -> str:
 
 
 def default_cost_model() -> tuple[int, int]:
-    """The adaptive cost model's (knee, floor) for this platform. On the 2-core CPU
-    (SmolLM2-135M, ``benchmarks/step_cost.py``, 2026-11-25) a step costs ``max(28, 24 + N)``
-    query-token units: a 16-token verify costs 1.4 one-token steps at batch 1, 7 at batch 16.
-    GPUs stay memory-bound up to hundreds of query tokens: (256, 0)."""
+    """The adaptive cost model's (knee, floor) for this platform: the CPU platform's fit by
+    ``benchmarks/step_cost.py`` (docs/results.md), and for GPUs, which stay memory-bound up
+    to hundreds of query tokens, (256, 0) — not yet measured on a GPU."""
     try:
         from vllm.platforms import current_platform
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from vllm_cllm.bench.measure import WARMUP_PROMPT, Group, against_baseline
 from vllm_cllm.bench.engine_pool import EnginePool
+from vllm_cllm.bench.measure import WARMUP_PROMPT, Group, against_baseline
 
 #: The demo checkpoints the bench compares (``vllm-cllm model-path`` prepares them).
 MODELS = {"base": "smollm2-135m-instruct", "cllm": "smollm2-135m-cllm-gsm",
@@ -97,13 +97,13 @@ def configurations(k: int, with_suffix: bool = True, quick: bool = False) -> lis
         BenchConfig("base", "none"),
         BenchConfig("base", "ngram k=8", NGRAM_SPEC),
         BenchConfig("base", "suffix", SUFFIX_SPEC),
-        BenchConfig("base", f"jacobi k={k}", jacobi),
-        BenchConfig("base", f"jacobi adaptive k={k}", {**jacobi, "adaptive": True}),
+        BenchConfig("base", f"jacobi k={k}", jacobi),  # the default: adaptive drafting
+        BenchConfig("base", f"jacobi fixed k={k}", {**jacobi, "adaptive": False}),
         BenchConfig("cllm", "none"),
         *([] if quick else [BenchConfig("cllm", "ngram k=8", NGRAM_SPEC),
                             BenchConfig("cllm", "suffix", SUFFIX_SPEC)]),
         BenchConfig("cllm", f"jacobi k={k}", jacobi),
-        BenchConfig("cllm", f"jacobi adaptive k={k}", {**jacobi, "adaptive": True}),
+        BenchConfig("cllm", f"jacobi fixed k={k}", {**jacobi, "adaptive": False}),
         BenchConfig("space", "none"),
         BenchConfig("space", "space k=5", {"method": "space", "num_speculative_tokens": 5}),
     ]

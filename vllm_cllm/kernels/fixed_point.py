@@ -110,9 +110,8 @@ def fixed_point_step(logits: torch.Tensor, draft_tokens: torch.Tensor,
 def row_argmax(logits: torch.Tensor) -> torch.Tensor:
     """Argmax of every row, int64, with ``torch.argmax``'s ties and NaNs (first wins).
 
-    A float32 tensor in CPU memory goes through numpy, whose SIMD argmax takes 0.05 ms for a
-    16 x 49152 verify batch where torch's takes 0.4 ms (2 cores) — about 1 % of a batch-1 step
-    on this CPU. The logits are not copied: numpy reads the tensor's memory.
+    A float32 tensor in CPU memory goes through numpy, whose SIMD argmax is several times
+    faster than torch's on a CPU. The logits are not copied: numpy reads the tensor's memory.
     """
     if logits.device.type == "cpu" and logits.dtype == torch.float32 and not logits.requires_grad:
         return torch.from_numpy(np.argmax(logits.numpy(), axis=-1).astype(np.int64, copy=False))

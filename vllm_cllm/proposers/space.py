@@ -22,17 +22,13 @@ j-th scheduled token, ``t0`` being 0):
 
 Candidates from the mask rows are k; those from the tail and the n-gram/history lookup may
 fill all 2k slots (m up to 2k, masks only in the slots left): an answer that repeats an
-earlier phrase is drafted as far as the match goes, at no extra verify width. Validation seed
-999 (40 gsm_symbolic problems, batch 8, SPACE demo): 2.69 tokens per step against 2.39 with
-m ≤ k; leaving one slot for a mask 2.66, completing the mask rows by the lookup too 2.66.
+earlier phrase is drafted as far as the match goes, at no extra verify width.
 
 ``hybrid`` (the default) scores three sources per request on how well each matched the
 committed tokens, as ``jacobi``'s hybrid fill does: the mask rows (after a full acceptance),
 the Jacobi tail completed by n-grams (after a rejection) and an n-gram lookup alone; the
 best-scoring source that has a draft is drafted. The n-gram lookup falls back to earlier
-requests' outputs (``history_size``). Chosen on validation seed 999 (40 gsm_symbolic problems,
-batch 8, SPACE demo, candidates m ≤ k then): 2.39 tokens per step against ``ngram``'s 2.28,
-and 2.05 without the history.
+requests' outputs (``history_size``). Why these rules: docs/decisions.md.
 
 vLLM's acceptance *rate* counters count the mask slots as drafts; acceptance *length*
 (1 + accepted / drafts) is unaffected and is the tokens per verify step.
@@ -46,11 +42,9 @@ from typing import Any
 import numpy as np
 
 from vllm_cllm.proposers.capture import SelfDraftingProposer, shifted_block
-from vllm_cllm.sources.ngram import Fill, NgramFill, NoFill
+from vllm_cllm.proposers.drafting import EMPTY, MODEL_SOURCE, SourceScores, next_draft
 from vllm_cllm.sources.history import HistoryFill
-from vllm_cllm.proposers.jacobi import MODEL_SOURCE, HybridState, next_draft
-
-_EMPTY = np.empty(0, dtype=np.int64)
+from vllm_cllm.sources.ngram import Fill, NgramFill, NoFill
 
 
 def next_candidates(row: np.ndarray, num_sampled: int, last_candidates: int | None, k: int,
@@ -72,12 +66,12 @@ def next_candidates(row: np.ndarray, num_sampled: int, last_candidates: int | No
     drafts = len(row) - 1
     fill_tokens = k if fill_tokens is None else fill_tokens
     if drafts == 0 or last_candidates is None:
-        return next_draft(_EMPTY, context, fill_tokens, fill, NoFill())
+        return next_draft(EMPTY, context, fill_tokens, fill, NoFill())
     if block is None:
         block = shifted_block(row, num_sampled, drafts - min(last_candidates, drafts))
     if mask_rows_ready(drafts, num_sampled, last_candidates):
         return np.asarray(block[:k], dtype=np.int64)
-    return next_draft(block if use_tail else _EMPTY, context, fill_tokens, fill, NoFill())
+    return next_draft(block if use_tail else EMPTY, context, fill_tokens, fill, NoFill())
 
 
 def mask_rows_ready(drafts: int, num_sampled: int, last_candidates: int | None) -> bool:
@@ -97,7 +91,7 @@ class SpaceRequest:
     leaves."""
 
     last_candidates: int
-    scores: HybridState | None  # only with fill=hybrid
+    scores: SourceScores | None  # only with fill=hybrid
     output: list[int] = field(default_factory=list)
 
 
@@ -171,7 +165,7 @@ class SpaceProposer(SelfDraftingProposer):
             candidates = next_candidates(row, len(sampled), last_candidates, k, context,
                                          fill, self.use_tail, block, fill_tokens=room)
             if state is None:
-                state = SpaceRequest(0, HybridState() if self.scored else None)
+                state = SpaceRequest(0, SourceScores() if self.scored else None)
             elif state.scores is not None:
                 state.scores.update(sampled)
             if state.scores is not None:

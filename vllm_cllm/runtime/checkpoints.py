@@ -113,7 +113,7 @@ def _build_tiny_space(out_dir: Path) -> None:
     tokenizer.save_pretrained(out_dir)
 
 
-ARTIFACTS = Path(__file__).parent / "artifacts"
+ARTIFACTS = Path(__file__).parents[1] / "artifacts"
 
 
 def merge_adapter(base_dir: Path, adapter_dir: Path, out_dir: Path) -> None:

@@ -6,10 +6,8 @@ candidate falls into a cell — its source, its position in the draft (0..3, 4 a
 together), how many of the *other* candidates put the same token at the same position, and
 how the request's previous draft fared (nothing accepted, something accepted, nothing
 drafted) —, and each cell holds how often a token in it was accepted given that the tokens
-before it were. Agreement is the strongest signal there is: on gsm_symbolic with the demo
-CLLM a lookup token that the Jacobi tail also predicts is accepted ~80-90 % of the time,
-against ~30-55 % when they differ (the lower figure right after a draft that missed); the
-tail alone 10-20 % (README, "Sizing drafts by learned acceptance").
+before it were. Agreement is the strongest signal there is: a lookup token that the Jacobi
+tail also predicts is accepted far more often than one it contradicts (docs/decisions.md).
 
 The estimates are learned from every candidate (drafted or not) on the positions whose
 outcome the committed tokens reveal, so a source that is not being drafted is still measured.
@@ -29,15 +27,12 @@ MAX_VOTES = 2
 #: How the request's previous draft fared: a cell of its own each.
 MISSED, HIT, UNDRAFTED = 0, 1, 2
 #: The prior: this many observations at a 30 % acceptance. Low enough that a fresh engine
-#: under load (batch 16 here wants ~40 %) drafts nothing until its cells show better, high
-#: enough that at batch 1 it drafts from the first step (its first verify steps fill the
-#: cells of position 0 whether anything is drafted or not). With a 50 % prior the bench's
-#: quick run, whose batch-16 cells follow only two batch-1 answers, read 0.93-0.94x there.
+#: under load drafts nothing until its cells show better, high enough that at batch 1 it
+#: drafts from the first step (its first verify steps fill the cells of position 0 whether
+#: anything is drafted or not).
 PRIOR_TRIALS, PRIOR_RATE = 4.0, 0.3
 #: A cell's counts are halved once it has seen this many tokens, so that recent evidence
-#: weighs more: the table follows a change of workload within a few hundred tokens per cell
-#: (with 4096 the bench's quick run drafted at batch 16 on MT-bench what it had learned on
-#: gsm_symbolic, and ran 0.93x).
+#: weighs more: the table follows a change of workload within a few hundred tokens per cell.
 HALVE_AT = 512.0
 
 #: Per candidate: its source's row, each token's position and vote cells, the outcome cell.

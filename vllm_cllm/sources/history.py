@@ -4,8 +4,7 @@ Answers to similar prompts repeat whole phrases ("Let's break this down step by 
 scaffolding of a solution, boilerplate code); vLLM's ``suffix`` method drafts from earlier
 responses for that reason. :class:`OutputHistory` keeps the last few outputs, indexed by their
 n-grams of ``min_match`` tokens, so that a lookup per request and step costs a dictionary
-probe, not a scan (a scan of 16 outputs of 256 tokens took 1.2 ms, as long as a twentieth of
-a decode step here). Filled in the order requests leave the batch, which every
+probe, not a scan of every output. Filled in the order requests leave the batch, which every
 tensor-parallel rank sees alike, so every rank drafts the same.
 """
 

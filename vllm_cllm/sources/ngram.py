@@ -55,11 +55,9 @@ def longest_ngram_continuation(context: np.ndarray, ngram_min: int, ngram_max: i
     token followed it most often, the first such occurrence on a tie.
 
     The first occurrence, as vLLM's ngram proposer does: in code and in answers that quote the
-    prompt it is the original the model copies from (measured: TPF 2.72 vs 2.37 for the latest).
-    The most frequent next token first, as vLLM's ``suffix`` method ranks its tree: an n-gram
-    seen several times with different continuations continues as it usually did (CLLM demo,
-    jacobi k = 15, 40 gsm problems at batch 8: 3.41 vs 3.36 tokens per step for the first
-    occurrence alone; the bench's other data sets unchanged or better, first order).
+    prompt it is the original the model copies from. The most frequent next token first, as
+    vLLM's ``suffix`` method ranks its tree: an n-gram seen several times with different
+    continuations continues as it usually did (docs/decisions.md).
 
     Prompt-lookup decoding over the request's own tokens. Written with numpy rather than by
     calling vLLM's numba matcher: importing numba (llvmlite) into a process makes every later

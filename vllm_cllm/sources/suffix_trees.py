@@ -3,9 +3,9 @@ through arctic-inference's suffix trees (the library behind vLLM's own ``suffix`
 
 A suffix tree answers "what followed the longest match of the context's last tokens, and how
 often" in microseconds, over every cached output at once, with per-token frequency estimates;
-the numpy lookups of :mod:`vllm_cllm.sources.ngram` and :mod:`vllm_cllm.sources.history` see the request's own
-tokens and the last 16 outputs only. ``jacobi`` drafts from this lookup when arctic-inference
-is installed (option ``lookup``).
+the numpy lookups (:mod:`vllm_cllm.sources.ngram`, :mod:`vllm_cllm.sources.history`) see the
+request's own tokens and a few recent outputs only. ``jacobi`` drafts from this lookup when
+arctic-inference is installed (option ``lookup``).
 
 Which outputs a request may draft from follows :meth:`SelfDraftingProposer.uses_history`: a
 greedy request drafts from every cached greedy output (drafts cannot change a greedy output),
@@ -23,14 +23,14 @@ import numpy as np
 #: How long a match must be for a long draft: arctic-inference caps a draft at
 #: ``factor * match_length + offset`` tokens and stops at a token whose estimated probability
 #: falls below ``min_token_prob``. Looser than vLLM's ``suffix`` defaults (1.0, 0, 0.1): the
-#: ``jacobi`` rule that sizes drafts (vllm_cllm/sizing/acceptance.py) cuts what is unlikely, so the
-#: lookup offers more (first-order replay on 48 gsm problems, README "The lookup").
+#: adaptive rule that sizes drafts (:mod:`vllm_cllm.sizing`) cuts what is unlikely, so the
+#: lookup offers more.
 SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB = 1.0, 2.0, 0.05
 #: Tokens of context matched against the trees (vLLM's ``suffix_decoding_max_tree_depth``).
 TREE_DEPTH = 24
 #: Where nothing is drafted (:meth:`SuffixTreeLookup.follow`) a request's committed tokens go
-#: into its tree this many at a time, and the rest as it leaves: one call per token costs
-#: ~18 us here, 0.3 ms a batch-16 step.
+#: into its tree this many at a time, and the rest as it leaves: a call per token would cost
+#: more than the whole proposer does in such a step.
 FOLLOW_EVERY = 16
 
 _EMPTY = np.empty(0, dtype=np.int64)

@@ -1,8 +1,8 @@
 """Export a trained LoRA adapter as the small artifact kept in git (float16 safetensors).
 
 ``vllm-cllm model-path <name>`` rebuilds the full checkpoint from the base model plus this
-artifact (see :func:`vllm_cllm.runtime.checkpoints.merge_adapter`), so a demo checkpoint costs megabytes in
-the repository instead of the model's full size.
+artifact (see :func:`vllm_cllm.runtime.checkpoints.merge_adapter`), so a demo checkpoint
+costs megabytes in the repository instead of the model's full size.
 
     python -m vllm_cllm.training.artifact results/cllm-gsm/run/adapter \
         vllm_cllm/artifacts/smollm2-135m-cllm-gsm
