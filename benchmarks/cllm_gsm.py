@@ -23,8 +23,8 @@ import argparse
 import time
 from pathlib import Path
 
-from vllm_cllm.bench.measure import speedup_bars
 from vllm_cllm.bench.gsm import quality, run_configurations, slim, write_report
+from vllm_cllm.bench.measure import speedup_bars
 from vllm_cllm.runtime.checkpoints import model_path
 from vllm_cllm.training.gsm import chat_prompt, unseen_problems
 
@@ -34,7 +34,8 @@ NGRAM = {"method": "ngram", "num_speculative_tokens": 15, "prompt_lookup_min": 2
 
 def configurations(ks: list[int], b1_ks: list[int]) -> list[tuple[str, str, dict | None, bool]]:
     """(model, config name, speculative config, also at batch 1)."""
-    jacobi = {k: {"method": "jacobi", "num_speculative_tokens": k} for k in ks}
+    jacobi = {k: {"method": "jacobi", "num_speculative_tokens": k, "adaptive": False}
+              for k in ks}
     return [
         ("base", "none", None, False),
         ("base", "jacobi k=15", jacobi[15], False),

@@ -62,7 +62,7 @@ def adaptive_variants(model: str, variants: dict[str, dict[str, Any]]) -> Config
                for label, options in variants.items()}}
 
 
-#: The adaptive rule's defaults (fit of 2026-11-25) against the earlier fit.
+#: The adaptive rule's defaults against an earlier, slower-machine fit of the cost model.
 EARLIER_FIT = {"knee=16 floor=25": {"knee_tokens": 16, "floor_tokens": 25}}
 #: The default per-token margin (``token_margin_pct``) against others.
 MARGINS = {f"margin={m}%": {"token_margin_pct": m} for m in (0, 60)}

@@ -75,23 +75,24 @@ def main() -> int:
     reference = with_engine(model, None, lambda llm: run_all(llm, prompts, args.max_tokens,
                                                              modes))
     rows, failed = [], False
-    for k in [int(k) for k in args.ks.split(",")]:
-        spec = {"method": "jacobi", "num_speculative_tokens": k}
+    for k, adaptive in [(int(k), a) for k in args.ks.split(",") for a in (True, False)]:
+        spec = {"method": "jacobi", "num_speculative_tokens": k, "adaptive": adaptive}
         result = with_engine(model, spec, lambda llm: run_all(llm, prompts, args.max_tokens,
                                                                modes))
         for mode in modes:
             mismatches = compare(reference[mode], result[mode])
             failed |= bool(mismatches)
-            rows.append({"k": k, "mode": mode, "requests": len(result[mode]),
+            rows.append({"k": k, "adaptive": adaptive, "mode": mode, "requests": len(result[mode]),
                          "tokens": sum(map(len, result[mode])), "mismatches": len(mismatches),
                          "first_mismatch": mismatches[0].__dict__ if mismatches else None,
                          "tpf": result["tpf"]})
     lines = [f"Lossless check, {len(prompts)} prompts ({len(prompts) - 12} HumanEval + 12 chat), "
              f"{args.max_tokens} new tokens, {time.strftime('%Y-%m-%d')}, "
              f"{(time.time() - started) / 60:.0f} min", "",
-             "| k | mode | requests | tokens | mismatches |", "|---|---|---|---|---|"]
-    lines += [f"| {r['k']} | {r['mode']} | {r['requests']} | {r['tokens']} | {r['mismatches']} |"
-              for r in rows]
+             "| k | adaptive | mode | requests | tokens | mismatches |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['k']} | {r['adaptive']} | {r['mode']} | {r['requests']} | {r['tokens']} "
+              f"| {r['mismatches']} |" for r in rows]
     table = "\n".join(lines) + "\n"
     (out / "table.md").write_text(table)
     (out / "results.json").write_text(json.dumps(rows, indent=1))

@@ -3,7 +3,7 @@
 One run, one server:
 1. plain greedy texts of the check prompts from an offline engine without speculation;
 2. ``vllm serve MODEL --speculative-config '{"method": "jacobi", ...}'`` (jemalloc preloaded,
-   as the README's CPU serve command; ``--allocator glibc`` for glibc's), warm-up load at
+   as docs/platform-cpu.md advises; ``--allocator glibc`` for glibc's), warm-up load at
    every concurrency measured, RSS (whole tree and per process);
 3. ``vllm bench serve`` at each concurrency over ``--num-requests`` ShareGPT questions:
    throughput, TTFT / TPOT / ITL percentiles, failed requests;
@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument("--check-prompts", type=int, default=32)
     parser.add_argument("--aborts", type=int, default=16)
     parser.add_argument("--allocator", choices=["jemalloc", "glibc"], default="jemalloc",
-                        help="the server's malloc: jemalloc preloaded, as the README's CPU "
+                        help="the server's malloc: jemalloc preloaded, as docs/platform-cpu.md "
                         "serve command does, or glibc's own")
     args = parser.parse_args()
     allocator_env = {}
@@ -151,7 +151,7 @@ def main() -> None:
     offline = offline_texts(model, check, args.output_len)
 
     spec = json.dumps({"method": "jacobi", "num_speculative_tokens": args.k,
-                       **({} if args.fixed_k else {"adaptive": True})})
+                       **({"adaptive": False} if args.fixed_k else {})})
     log = out / "server.log"
     results: dict = {"model": args.model, "speculative_config": spec,
                      "output_len": args.output_len, "num_requests": args.num_requests,

@@ -29,8 +29,8 @@ import json
 import time
 from pathlib import Path
 
-from vllm_cllm.bench.measure import speedup_bars
 from vllm_cllm.bench.gsm import quality, run_configurations, slim, write_report
+from vllm_cllm.bench.measure import speedup_bars
 from vllm_cllm.runtime.checkpoints import model_path
 from vllm_cllm.training.gsm import chat_prompt, gsm_problems
 
@@ -51,7 +51,8 @@ def configurations(k: int, space_cllm: bool) -> list[tuple[str, str, dict | None
         ("space", f"space k={k} history_size=0", {**space, "history_size": 0}, False),
         ("space", "vllm ngram k=15", NGRAM, False),
         ("cllm", "none", None, True),
-        ("cllm", "jacobi k=15", {"method": "jacobi", "num_speculative_tokens": 15}, True),
+        ("cllm", "jacobi k=15", {"method": "jacobi", "num_speculative_tokens": 15,
+                                  "adaptive": False}, True),
         *(extra if space_cllm else []),
     ]
 

@@ -7,7 +7,7 @@ gsm prompts of the bench's evaluation seed, one at a time or ``--batch-size`` to
 proposer runs in its own process, one after another, so compare the per-step components
 within a run, not the totals across runs (this machine drifts).
 
-    .venv/bin/python benchmarks/step_profile.py --methods "jacobi adaptive" suffix --prompts 4
+    .venv/bin/python benchmarks/step_profile.py --methods jacobi suffix --prompts 4
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ LABELS = (FORWARD, "sampling, verification, proposing (sample_tokens)",
 SPECS: dict[str, dict[str, Any] | None] = {
     "none": None,
     "suffix": SUFFIX_SPEC,
-    "jacobi": {"method": "jacobi", "num_speculative_tokens": 15},
-    "jacobi adaptive": {"method": "jacobi", "num_speculative_tokens": 15, "adaptive": True},
+    "jacobi": {"method": "jacobi", "num_speculative_tokens": 15},  # the default: adaptive
+    "jacobi fixed k": {"method": "jacobi", "num_speculative_tokens": 15, "adaptive": False},
 }
 
 
@@ -96,8 +96,8 @@ def profile(method: str, prompts: int, offset: int, max_tokens: int,
     from vllm import SamplingParams
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    from vllm_cllm.proposers import capture, jacobi
     from vllm_cllm.bench.suite import BenchPlan, prompt_sets
+    from vllm_cllm.proposers import capture, jacobi
     from vllm_cllm.runtime.checkpoints import model_path
     from vllm_cllm.runtime.engine import StepCounter, create_llm
 
@@ -143,7 +143,7 @@ def forward_ms_by_drafts(decode_steps: list[dict[str, float]]) -> dict[int, dict
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--methods", nargs="+", default=["none", "suffix", "jacobi adaptive"],
+    parser.add_argument("--methods", nargs="+", default=["none", "suffix", "jacobi"],
                         choices=list(SPECS))
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--offset", type=int, default=32, help="first gsm prompt used")

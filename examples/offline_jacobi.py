@@ -13,7 +13,7 @@ import json
 
 from vllm_cllm.runtime.engine import apply_cpu_env
 
-apply_cpu_env()  # CPU-friendly defaults (README: "Running on CPU"); harmless on GPU
+apply_cpu_env()  # CPU-friendly defaults (docs/platform-cpu.md); harmless on GPU
 
 PROMPTS = [
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",

@@ -14,6 +14,7 @@ import re
 import typing
 from typing import Any
 
+from vllm_cllm.errors import ConfigError
 from vllm_cllm.options import ADDITIONAL_CONFIG_KEY, METHODS, OWN_KEYS, parse_options
 
 from . import PatchGroup, Wrap, has_params
@@ -36,6 +37,14 @@ def speculative_config_fields() -> set[str]:
     fields = getattr(SpeculativeConfig, "__dataclass_fields__", None) or getattr(
         SpeculativeConfig, "model_fields", {})
     return set(fields)
+
+
+def model_runner_v2() -> bool:
+    """Whether this vLLM is told to use Model Runner V2 (``VLLM_USE_V2_MODEL_RUNNER``), which
+    has no ``custom_class`` proposers."""
+    import vllm.envs as envs
+
+    return bool(getattr(envs, "VLLM_USE_V2_MODEL_RUNNER", False))
 
 
 def _method_from_model(model: Any) -> str | None:
@@ -68,6 +77,13 @@ def rewrite_speculative_args(engine_args: Any, target_model_config: Any = None) 
         spec.pop("model")
     if spec.get("method") not in METHODS:
         return
+    if model_runner_v2():
+        from . import vllm_version
+
+        raise ConfigError(
+            f"vllm-cllm: method {spec['method']!r} is a custom_class proposer, which vLLM "
+            f"{vllm_version()} runs only on its V1 model runner, but VLLM_USE_V2_MODEL_RUNNER=1 "
+            f"selects Model Runner V2; unset VLLM_USE_V2_MODEL_RUNNER (or set it to 0)")
     if engine_args.spec_tokens is not None and "num_speculative_tokens" not in spec:
         spec["num_speculative_tokens"] = engine_args.spec_tokens
         engine_args.spec_tokens = None

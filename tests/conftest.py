@@ -37,7 +37,8 @@ def module_engine(model: str, speculative_config: dict[str, Any] | None) -> Iter
     """
     from vllm_cllm.runtime.engine import create_llm
 
-    holder = {"llm": create_llm(model, speculative_config)}
+    # float32 everywhere: tests assert token identity, which bf16 guarantees only up to numerics
+    holder = {"llm": create_llm(model, speculative_config, dtype="float32")}
     yield EngineProxy(holder)
     holder.clear()
     gc.collect()

@@ -158,9 +158,9 @@ def _verify_and_propose(proposer: JacobiProposer, ids: list[str], steps: int) ->
 
 
 def test_where_drafts_cost_time_nothing_is_drafted_or_built():
-    """Batch 16 on this CPU's cost model: every lookup would be right, yet nothing is drafted
-    and no candidate is built (there a closed batch ends no sooner for its drafts; README,
-    "Batch 16"); the suffix trees still hold every request's tokens. Four requests, below
+    """Batch 16 under the CPU cost model: every lookup would be right, yet nothing is drafted
+    and no candidate is built (there a closed batch ends no sooner for its drafts); the
+    suffix trees still hold every request's tokens. Four requests, below
     the compute-bound batch, draft."""
     proposer = _learned_proposer(k=4, knee=24, floor=28)
     built = []

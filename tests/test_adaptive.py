@@ -44,7 +44,7 @@ def test_large_batch_drafts_only_what_is_likely_accepted():
 
 
 def test_tokens_below_the_floor_are_drafted_at_batch_one():
-    # with knee 16 and floor 25 (the CPU's fit before 2026-11-25) a one-request step verifies
+    # with knee 16 and floor 25 (an earlier fit of the CPU) a one-request step verifies
     # ~7 draft tokens for the price of one: a draft right 30 % of the time is still worth
     # those free slots, not more
     assert sized([(0.3, 0.3)], [15], knee_tokens=16, floor_tokens=25) == [7]

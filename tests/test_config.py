@@ -176,3 +176,12 @@ def test_cli_k_out_of_range(tiny_path):
     with pytest.raises(ConfigError, match=r"\[1, 128\]"):
         _cli_engine_config(["--model", tiny_path, "--speculative-model", "[jacobi]",
                             "--num-speculative-tokens", "500"])
+
+
+def test_model_runner_v2_is_refused_by_name(tiny_path, monkeypatch):
+    """vLLM runs custom_class proposers only on its V1 model runner: with V2 selected the
+    engine is refused before it starts, naming the setting."""
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    with pytest.raises(ConfigError, match="VLLM_USE_V2_MODEL_RUNNER"):
+        _engine_config(tiny_path, speculative_config={"method": "jacobi",
+                                                      "num_speculative_tokens": 4})

@@ -398,3 +398,54 @@ def test_class_path_alone_gets_space_defaults_from_vllm_slots_and_the_model():
             opts.fill) == (5, 10, 7, "hybrid")
     with pytest.raises(ConfigError, match="needs a SPACE checkpoint"):
         options_from_vllm_config(config(SimpleNamespace(vocab_size=10)), "space")
+
+
+@pytest.mark.parametrize("method", ["jacobi", "space"])
+def test_device_and_host_capture_give_the_same_next_blocks(method):
+    """Every proposer's capture through the device step (torch on CPU tensors here, Triton
+    on a GPU) and through the host path, on the same verify steps: the same next block for
+    every request, however many drafts it had (``space`` verifies up to 2k slots)."""
+    from vllm_cllm.proposers.jacobi import JacobiProposer
+
+    k = 3
+    if method == "space":
+        proposer = _proposer(k=k)
+    else:
+        spec = {"method": "jacobi", "num_speculative_tokens": k}
+        proposer = JacobiProposer(SimpleNamespace(
+            speculative_config=SimpleNamespace(num_speculative_tokens=k),
+            model_config=SimpleNamespace(max_model_len=100),
+            additional_config={"vllm_cllm": parse_options(spec, max_k=k).to_dict()}))
+    rng = np.random.default_rng(0)
+    slots = proposer.options.vllm_draft_tokens
+    for _ in range(20):
+        req_ids = [f"r{i}" for i in range(4)]
+        num_drafts = [int(n) for n in rng.integers(0, slots + 1, len(req_ids))]
+        if method == "space":  # some of each request's slots are masks behind its candidates
+            proposer.request_state = {r: SpaceRequest(int(rng.integers(0, n + 1)), None)
+                                      for r, n in zip(req_ids, num_drafts, strict=True)}
+        rows = sum(n + 1 for n in num_drafts)
+        logits = torch.randn(rows, 64)
+        drafts = torch.randint(0, 64, (sum(num_drafts),))
+        # accept some drafts: make a draft the row's argmax where a coin says so
+        offsets = np.cumsum([0] + [n + 1 for n in num_drafts])
+        cursor = 0
+        for i, n in enumerate(num_drafts):
+            for j in range(n):
+                if rng.random() < 0.6:
+                    logits[offsets[i] + j, int(drafts[cursor + j])] = 10.0
+            cursor += n
+        meta = SimpleNamespace(num_draft_tokens=num_drafts, draft_token_ids=drafts)
+        blocks = {}
+        for on_host in (True, False):
+            proposer.capture_on_host = on_host
+            proposer.observe_verification(logits.clone(), meta, req_ids)
+            preds = proposer.take_predictions()
+            accepted = [int(a) for a in preds.accepted] if not on_host else None
+            blocks[on_host] = (preds, accepted)
+        device, accepted = blocks[False]
+        host, _ = blocks[True]
+        for i in range(len(req_ids)):
+            num_sampled = accepted[i] + 1
+            assert device.next_block(i, num_sampled).tolist() == \
+                host.next_block(i, num_sampled).tolist(), (method, num_drafts, i)

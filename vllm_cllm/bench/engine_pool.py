@@ -1,7 +1,7 @@
 """Several engines alive at once, each in its own process, taking turns on the same prompts.
 
 Comparing configurations run minutes apart mixes their difference with this shared machine's
-drift (±5–10 % between sittings, and as much between runs seconds apart). Here every
+drift (several per cent between runs, and as much between runs seconds apart). Here every
 configuration keeps its engine loaded and all of them run the same batch of prompts in lock
 step: a few engine steps on one engine, then a few on the next, in an order that changes from
 turn to turn, each engine timing only its own steps. Every engine thus sees the machine as it

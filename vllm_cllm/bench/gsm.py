@@ -1,5 +1,5 @@
 """The demo benchmarks on grade-school math (CLLM and SPACE share this): configurations run
-side by side in one sitting, each in its own engine process, then a table, JSON and quality.
+side by side in one run, each in its own engine process, then a table, JSON and quality.
 
 A configuration is ``(model label, name, speculative config, also at batch 1)``; every row
 is compared with the same model's no-speculation row at the same batch size (speed-up and

@@ -194,7 +194,7 @@ def speedup_bars(ax: Any, labels: list[str], speedups: list[float], title: str) 
 
 def jacobi_tpf(model: str, prompts: list[str], k: int, max_tokens: int) -> float:
     """Tokens per step of ``model`` with ``jacobi`` (all prompts in one batch), steps counted."""
-    spec = {"method": "jacobi", "num_speculative_tokens": k}
+    spec = {"method": "jacobi", "num_speculative_tokens": k, "adaptive": False}
     row = measure_in_subprocess(model, spec, {len(prompts): prompts}, max_tokens)[0]
     return row["tokens_per_step"]
 

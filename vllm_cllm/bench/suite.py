@@ -1,4 +1,4 @@
-"""``vllm-cllm bench``: this project's proposers against vLLM's own, on real data, in one sitting.
+"""``vllm-cllm bench``: this project's proposers against vLLM's own, on real data, side by side.
 
 Every configuration (model × speculative method) runs in its own engine process over every
 data set and batch size; one model's configurations are loaded side by side and run the same

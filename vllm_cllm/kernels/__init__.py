@@ -9,6 +9,7 @@ from vllm_cllm.kernels.fixed_point import (
     fixed_point_step_torch,
     resolve_backend,
     triton_available,
+    warm_up,
 )
 
 __all__ = [
@@ -17,4 +18,5 @@ __all__ = [
     "fixed_point_step_torch",
     "resolve_backend",
     "triton_available",
+    "warm_up",
 ]

@@ -28,12 +28,16 @@ SCAN_BLOCK = 1024
 #: Rows (positions) per iteration of the per-request kernel, and output columns.
 ROW_BLOCK = 32
 K_BLOCK = 64
+#: The merge's split widths (compile-time): a launch uses the smallest that holds its splits,
+#: so the kernels compile in a fixed, small number of variants, all warmed at load time
+#: (:func:`warm_up`), and none while serving.
+SPLIT_WIDTHS = (16, 256)
 #: Programs to aim for in the argmax launch, per streaming multiprocessor.
 PROGRAMS_PER_SM = 4
 _BIG = tl.constexpr(2147483647)  # "no index yet"; above any vocabulary index
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["splits"])
 def _split_argmax(logits_ptr, part_val_ptr, part_idx_ptr, V, stride_row, chunk, splits,
                   BLOCK: tl.constexpr, ACC_DTYPE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -79,7 +83,7 @@ def _merge_rows(part_val_ptr, part_idx_ptr, rows, splits,
     return tl.min(tl.where(cols[None, :] == chosen[:, None], idx, _BIG), axis=1).to(tl.int64)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["splits", "draft_ptr", "num_ptr", "mask_ptr", "k"])
 def _fixed_point(argmax_ptr, part_val_ptr, part_idx_ptr, splits, draft_ptr, num_ptr, mask_ptr,
                  accepted_ptr, next_ptr, next_len_ptr, k, FROM_PARTS: tl.constexpr,
                  HAS_MASK: tl.constexpr, SPLITS: tl.constexpr, SCAN: tl.constexpr,
@@ -143,7 +147,25 @@ def default_splits(rows: int, vocab: int, device: torch.device) -> int:
     if device.type != "cuda" or rows == 0:
         return 1
     target = PROGRAMS_PER_SM * _num_sms(device.index if device.index is not None else 0)
-    return max(1, min(blocks, triton.cdiv(target, rows), 256))
+    return max(1, min(blocks, triton.cdiv(target, rows), SPLIT_WIDTHS[-1]))
+
+
+def split_width(splits: int) -> int:
+    """The compile-time width of the merge for ``splits`` slices (:data:`SPLIT_WIDTHS`)."""
+    return next(w for w in SPLIT_WIDTHS if splits <= w)
+
+
+def warm_up(vocab: int, dtype: torch.dtype, device: torch.device, k: int,
+            with_mask: bool) -> None:
+    """Compile every variant a serving step can use (each split width, for this vocabulary,
+    logits dtype and mask flag) on a dummy batch, so that no step compiles while serving."""
+    blocks = triton.cdiv(vocab, ARGMAX_BLOCK)
+    logits = torch.zeros((2, vocab), dtype=dtype, device=device)
+    drafts = torch.zeros(1, dtype=torch.int64, device=device)
+    num = torch.ones(1, dtype=torch.int32, device=device)
+    mask = torch.zeros(1, dtype=torch.int32, device=device) if with_mask else None
+    for width in SPLIT_WIDTHS:
+        fixed_point_step_triton(logits, drafts, num, k, mask, splits=min(width, blocks))
 
 
 def fixed_point_step_triton(logits: torch.Tensor, draft_tokens: torch.Tensor,
@@ -191,6 +213,6 @@ def fixed_point_step_triton(logits: torch.Tensor, draft_tokens: torch.Tensor,
     _fixed_point[(batch,)](argmax, part_val, part_idx, splits, drafts, num, masks, accepted,
                            out, next_len, k, FROM_PARTS=from_parts,
                            HAS_MASK=num_mask is not None,
-                           SPLITS=triton.next_power_of_2(splits), SCAN=SCAN_BLOCK,
+                           SPLITS=split_width(splits), SCAN=SCAN_BLOCK,
                            ROWS=ROW_BLOCK, KCOLS=K_BLOCK, num_warps=4)
     return FixedPointResult(argmax, accepted, next_draft, next_len)

@@ -151,3 +151,16 @@ def fixed_point_step_torch(logits: torch.Tensor, draft_tokens: torch.Tensor,
         next_draft = torch.where(valid, argmax[index], -1)
     return FixedPointResult(argmax=argmax, accepted=accepted.to(torch.int32),
                             next_draft=next_draft, next_len=next_len.to(torch.int32))
+
+
+def warm_up(vocab: int, dtype: torch.dtype, device: torch.device, k: int, *,
+            with_mask: bool = False) -> bool:
+    """Compile what :func:`fixed_point_step` runs on ``device`` before serving starts (every
+    Triton variant a step can use); True if anything was compiled. Nothing to do for the
+    torch path."""
+    if resolve_backend("auto", device) != "triton" or device.type != "cuda":
+        return False
+    from vllm_cllm.kernels._triton import warm_up as warm_triton
+
+    warm_triton(vocab, dtype, device, k, with_mask)
+    return True

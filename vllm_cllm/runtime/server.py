@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from vllm_cllm.runtime.engine import CPU_ENV
+from vllm_cllm.runtime.engine import CPU_ENV, on_cpu
 
 
 def free_port() -> int:
@@ -33,7 +33,7 @@ def vllm_executable() -> str:
 def bundled_jemalloc() -> str | None:
     """jemalloc as the ``ray`` wheel ships it (an extra of this project), for ``LD_PRELOAD``:
     vLLM's CPU guide advises preloading an allocator for a long-running server, and glibc's
-    lets the worker's RSS creep under load (README, Server load)."""
+    lets the worker's RSS creep under load (docs/platform-cpu.md)."""
     import importlib.util
 
     spec = importlib.util.find_spec("ray")
@@ -44,10 +44,12 @@ def bundled_jemalloc() -> str | None:
 
 
 def serve_command(model: str, port: int, *extra: str) -> list[str]:
-    """The documented command: ``vllm serve MODEL ...`` plus CPU-friendly defaults."""
+    """The documented command: ``vllm serve MODEL ...`` plus the platform's settings
+    (:func:`~vllm_cllm.runtime.engine.platform_settings`: CPU-friendly on the CPU build,
+    vLLM's defaults elsewhere)."""
+    flags = ["--dtype", "float32", "--enforce-eager"] if on_cpu() else []
     return [vllm_executable(), "serve", model, "--host", "127.0.0.1", "--port", str(port),
-            "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
-            "--served-model-name", "model", *extra]
+            "--max-model-len", "2048", *flags, "--served-model-name", "model", *extra]
 
 
 @contextmanager

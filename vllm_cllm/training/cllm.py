@@ -41,7 +41,7 @@ from vllm_cllm.training.trajectories import TrajectoryRecord
 @dataclass
 class CllmConfig:
     block_size: int = 16
-    ar_weight: float = 1.0  # ω; CLLM's code uses 10 with label smoothing, see README
+    ar_weight: float = 1.0  # ω; CLLM's code uses 10 with label smoothing (docs/training.md)
     consistency: str = "global"  # or "local"
     consistency_window: int = 0  # >0: loss on the first w positions after a state diverges
     position_decay: float = 1.0  # weight decay**j for the j-th position behind the divergence
