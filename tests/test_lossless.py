@@ -16,9 +16,9 @@ from vllm_cllm.runtime.engine import drafter_of, mean_acceptance_length, spec_me
 pytestmark = pytest.mark.engine
 
 CONFIGS = {
-    "k4-hybrid": {"method": "jacobi", "num_speculative_tokens": 4},
+    "k4-default": {"method": "jacobi", "num_speculative_tokens": 4},  # adaptive hybrid
     "k15-tail": {"method": "jacobi", "num_speculative_tokens": 15, "fill": "tail"},
-    "k8-adaptive": {"method": "jacobi", "num_speculative_tokens": 8, "adaptive": True},
+    "k8-fixed": {"method": "jacobi", "num_speculative_tokens": 8, "adaptive": False},
 }
 MAX_TOKENS = 48
 

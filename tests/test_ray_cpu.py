@@ -23,7 +23,8 @@ pytest.importorskip("ray")
 pytestmark = pytest.mark.engine
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 4, 5,"]
-JACOBI = {"method": "jacobi", "num_speculative_tokens": 4}
+# fixed k: the tiny random model gives the adaptive rule nothing worth drafting
+JACOBI = {"method": "jacobi", "num_speculative_tokens": 4, "adaptive": False}
 PORT = 6391
 
 
