@@ -14,11 +14,11 @@ import re
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from vllm_cllm.runtime.server import wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"(?:<!-- readme-test: skip \((?P<skip>[^)]*)\) -->\n)?"
@@ -78,7 +78,7 @@ def test_the_readme_blocks_run_as_written():
                 server = subprocess.Popen(["bash", "-c", code], cwd=ROOT, env=serve_env,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                           start_new_session=True)
-                _wait_healthy(server)
+                wait_healthy(server, "http://localhost:8000", timeout_s=300)
             else:
                 out = _run(lang, code, env)
                 if lang == "python":
@@ -90,15 +90,3 @@ def test_the_readme_blocks_run_as_written():
             server.wait(timeout=60)
     assert ran >= 3  # the Python quick start, the server and its client
 
-
-def _wait_healthy(server: subprocess.Popen, timeout_s: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert server.poll() is None, "the README's vllm serve command exited"
-        try:
-            with urllib.request.urlopen("http://localhost:8000/health", timeout=2) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            time.sleep(2)
-    raise AssertionError("the README's vllm serve command did not become healthy")

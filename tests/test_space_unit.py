@@ -436,16 +436,37 @@ def test_device_and_host_capture_give_the_same_next_blocks(method):
                     logits[offsets[i] + j, int(drafts[cursor + j])] = 10.0
             cursor += n
         meta = SimpleNamespace(num_draft_tokens=num_drafts, draft_token_ids=drafts)
-        blocks = {}
+        captured = []
         for on_host in (True, False):
             proposer.capture_on_host = on_host
             proposer.observe_verification(logits.clone(), meta, req_ids)
-            preds = proposer.take_predictions()
-            accepted = [int(a) for a in preds.accepted] if not on_host else None
-            blocks[on_host] = (preds, accepted)
-        device, accepted = blocks[False]
-        host, _ = blocks[True]
-        for i in range(len(req_ids)):
-            num_sampled = accepted[i] + 1
+            captured.append(proposer.take_predictions())
+        host, device = captured
+        for i, accepted in enumerate(device.accepted):  # the greedy commit: the device's block
+            num_sampled = int(accepted) + 1
             assert device.next_block(i, num_sampled).tolist() == \
                 host.next_block(i, num_sampled).tolist(), (method, num_drafts, i)
+
+
+def test_load_model_warms_the_step_each_proposer_runs(monkeypatch):
+    """Before serving, each proposer compiles the fixed-point step for its own block length
+    and mask flag (``space``: 2k slots with masks; ``jacobi``: k, none)."""
+    import vllm_cllm.kernels as kernels
+    from vllm_cllm.proposers.jacobi import JacobiProposer
+
+    warmed = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(kernels, "warm_up", lambda vocab, dtype, device, k, with_mask:
+                        warmed.append((vocab, dtype, device.type, k, with_mask)))
+    model = SimpleNamespace(max_model_len=100, get_vocab_size=lambda: 128,
+                            dtype=torch.bfloat16, hf_config=SimpleNamespace(mask_token_id=MASK))
+    for cls, spec in ((SpaceProposer, {"method": "space", "num_speculative_tokens": 3,
+                                       "mask_token_id": MASK}),
+                      (JacobiProposer, {"method": "jacobi", "num_speculative_tokens": 3})):
+        cls(SimpleNamespace(speculative_config=SimpleNamespace(num_speculative_tokens=6),
+                            model_config=model,
+                            additional_config={"vllm_cllm": parse_options(
+                                spec, max_k=128).to_dict()})).load_model(None)
+    assert warmed == [(128, torch.bfloat16, "cuda", 6, True),
+                      (128, torch.bfloat16, "cuda", 3, False)]

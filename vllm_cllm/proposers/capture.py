@@ -154,6 +154,8 @@ class VerifyObserver:
     #: Longest next block the fixed-point step returns: the draft slots vLLM verifies per
     #: request (``space``: 2k), so the device step keeps what the host path keeps.
     block_len: int = 0
+    #: (vocabulary, logits dtype) of the target: what the fixed-point step is warmed for
+    logits_shape: tuple[int, Any] | None = None
     #: Where the fixed-point step runs: None picks the host for logits in host memory (the
     #: CPU platform) and the device step otherwise; tests set it to exercise one path.
     capture_on_host: bool | None = None
@@ -185,27 +187,19 @@ class VerifyObserver:
         """Trailing draft slots of each request that are SPACE masks (None: no masks)."""
         return None
 
-    #: (vocabulary, logits dtype) of the target, for the warm-up of the fixed-point step
-    logits_shape: tuple[int, Any] | None = None
-
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """The draft model is the target itself: nothing to load. The fixed-point step's
         kernels are compiled here, before the engine serves, for every variant a step can
         use (a no-op off CUDA)."""
-        if self.logits_shape is None:
-            return
         import torch
 
-        if not torch.cuda.is_available():
+        if self.logits_shape is None or not torch.cuda.is_available():
             return
         from vllm_cllm.kernels import warm_up
 
         vocab, dtype = self.logits_shape
         warm_up(vocab, dtype, torch.device("cuda", torch.cuda.current_device()),
-                self.block_len, with_mask=self.method_uses_masks)
-
-    #: Whether the proposer's steps carry SPACE mask slots (another kernel variant).
-    method_uses_masks: bool = False
+                self.block_len, with_mask=self.mask_slots([], []) is not None)
 
     @staticmethod
     def draft_room(sampled: list[int], num_tokens: int, max_draft: int, max_model_len: int

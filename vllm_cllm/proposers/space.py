@@ -99,7 +99,6 @@ class SpaceProposer(SelfDraftingProposer):
     """vLLM ``custom_class`` proposer for SPACE checkpoints (``Class(vllm_config)`` per worker)."""
 
     method = "space"
-    method_uses_masks = True
 
     def __init__(self, vllm_config: Any) -> None:
         super().__init__(vllm_config)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from vllm_cllm.runtime.engine import CPU_ENV, on_cpu
+from vllm_cllm.runtime.engine import CPU_ENV, platform_settings
 
 
 def free_port() -> int:
@@ -47,9 +47,29 @@ def serve_command(model: str, port: int, *extra: str) -> list[str]:
     """The documented command: ``vllm serve MODEL ...`` plus the platform's settings
     (:func:`~vllm_cllm.runtime.engine.platform_settings`: CPU-friendly on the CPU build,
     vLLM's defaults elsewhere)."""
-    flags = ["--dtype", "float32", "--enforce-eager"] if on_cpu() else []
+    settings = platform_settings()  # the server keeps vLLM's own executor choice
+    flags = [f"--dtype={settings['dtype']}"] if "dtype" in settings else []
+    flags += ["--enforce-eager"] if settings.get("enforce_eager") else []
     return [vllm_executable(), "serve", model, "--host", "127.0.0.1", "--port", str(port),
             "--max-model-len", "2048", *flags, "--served-model-name", "model", *extra]
+
+
+def wait_healthy(proc: subprocess.Popen, base_url: str, timeout_s: float,
+                 log_path: str | None = None) -> None:
+    """Return once ``base_url/health`` answers 200; raise if ``proc`` exits or time runs out."""
+    deadline = time.time() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vllm serve exited with {proc.returncode}; log: {log_path}")
+        try:
+            with urllib.request.urlopen(base_url + "/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.time() > deadline:
+            raise TimeoutError(f"vllm serve not healthy after {timeout_s}s; log: {log_path}")
+        time.sleep(1)
 
 
 @contextmanager
@@ -66,19 +86,7 @@ def running_server(model: str, *extra: str, timeout_s: float = 240.0,
                             stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vllm serve exited with {proc.returncode}; log: {log_path}")
-            try:
-                with urllib.request.urlopen(base + "/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                raise TimeoutError(f"vllm serve not healthy after {timeout_s}s; log: {log_path}")
-            time.sleep(1)
+        wait_healthy(proc, base, timeout_s, log_path)
         yield base
     finally:
         if proc.poll() is None:
