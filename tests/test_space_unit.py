@@ -470,3 +470,26 @@ def test_load_model_warms_the_step_each_proposer_runs(monkeypatch):
                                 spec, max_k=128).to_dict()})).load_model(None)
     assert warmed == [(128, torch.bfloat16, "cuda", 6, True),
                       (128, torch.bfloat16, "cuda", 3, False)]
+
+
+def test_a_pending_device_copy_is_waited_for_only_when_the_proposer_reads_it():
+    """On CUDA the capture queues its device-to-host copy and returns: the wait (an event's
+    synchronize) happens when ``propose()`` takes the predictions, after vLLM's sampler was
+    launched; until then the batch's requests are still tracked."""
+    from vllm_cllm.proposers.capture import PendingPredictions, VerifyObserver
+
+    class Event:
+        waited = 0
+
+        def synchronize(self) -> None:
+            Event.waited += 1
+
+    # two requests: 1 draft (rows 2) and 0 drafts (row 1); k = 2
+    packed = torch.tensor([5, 6, 7, 1, 0, 1, 0, 6, -1, -1, -1])
+    observer = VerifyObserver()
+    observer.predictions = PendingPredictions(["a", "b"], packed, Event(), [2, 1], 2, None)
+    assert observer.tracked_requests() == {"a", "b"} and Event.waited == 0
+    preds = observer.take_predictions()
+    assert Event.waited == 1 and observer.take_predictions() is None
+    assert preds.row(0).tolist() == [5, 6] and preds.accepted.tolist() == [1, 0]
+    assert preds.next_block(0, 2).tolist() == [6]

@@ -20,6 +20,12 @@ def _cmd_alias_vllm_cpu(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_device_check(args: argparse.Namespace) -> int:
+    from vllm_cllm.bench.device_check import main as device_check
+
+    return device_check(["--out", args.out])
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     import dataclasses
     import datetime
@@ -94,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=1, help="interleaved rounds per configuration "
                    "(median speed-up of per-round ratios; default 1)")
     p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("device-check", help="check the GPU path (kernels, capture, timings, "
+                       "compiles) with torch and Triton only; on a CPU, what runs there")
+    p.add_argument("--out", required=True, help="folder for device_check.json and .md")
+    p.set_defaults(func=_cmd_device_check)
 
     from vllm_cllm.training.cli import add_train_parser
 

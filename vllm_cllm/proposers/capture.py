@@ -86,9 +86,13 @@ class VerifyPredictions:
     @classmethod
     def from_fixed_point(cls, logits: Any, draft_tokens: Any, num_draft_tokens: list[int],
                          req_ids: list[str], k: int, num_mask: list[int] | None = None,
-                         backend: str = "auto") -> VerifyPredictions | None:
+                         backend: str = "auto") -> VerifyPredictions | PendingPredictions | None:
         """The fixed-point step on the device (``logits`` [T, V], ``draft_tokens`` [D] on the
-        same device), then one device-to-host copy of argmax, accepted lengths and blocks."""
+        same device), then one device-to-host copy of argmax, accepted lengths and blocks.
+
+        On CUDA the copy goes into pinned memory behind the step on the same stream and is
+        not waited for here: the wait is in ``propose()``, after vLLM has launched its
+        sampler (:class:`PendingPredictions`). Elsewhere the result is ready at once."""
         import torch
 
         from vllm_cllm.kernels import fixed_point_step
@@ -102,10 +106,22 @@ class VerifyPredictions:
         mask = None if num_mask is None else \
             torch.tensor(num_mask, dtype=torch.int32).to(device, non_blocking=True)
         out = fixed_point_step(logits, draft_tokens, num, k, num_mask=mask, backend=backend)
-        batch, rows_total = len(rows), logits.shape[0]
-        host = torch.cat([out.argmax, out.accepted.to(torch.int64),
-                          out.next_len.to(torch.int64), out.next_draft.reshape(-1)]
-                         ).to("cpu").numpy()
+        packed = torch.cat([out.argmax, out.accepted.to(torch.int64),
+                            out.next_len.to(torch.int64), out.next_draft.reshape(-1)])
+        pending = PendingPredictions(req_ids, packed, None, rows, k, num_mask)
+        if packed.is_cuda:
+            pending.host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
+            pending.host.copy_(packed, non_blocking=True)
+            pending.done = torch.cuda.Event()
+            pending.done.record()
+            return pending
+        return pending.resolve()
+
+    @classmethod
+    def from_packed(cls, req_ids: list[str], host: np.ndarray, rows: list[int], k: int,
+                    num_mask: list[int] | None) -> VerifyPredictions:
+        """Unpack ``[argmax (T) | accepted (B) | next_len (B) | next_draft (B*k)]``."""
+        batch, rows_total = len(rows), sum(rows)
         accepted_at, len_at = rows_total, rows_total + batch
         return cls(req_ids=req_ids, flat=host[:rows_total], offsets=_offsets(rows),
                    accepted=host[accepted_at:len_at], next_len=host[len_at:len_at + batch],
@@ -128,6 +144,28 @@ class VerifyPredictions:
                    num_mask=None if num_mask is None else np.asarray(num_mask, np.int64))
 
 
+@dataclass
+class PendingPredictions:
+    """A device step's result on its way to the host: the copy into ``host`` (pinned) was
+    queued behind the step on the device's stream and ``done`` is recorded after it. Nothing
+    waits until :meth:`resolve`, which the proposer calls in ``propose()``, so vLLM's
+    sampler is launched without a host sync in between."""
+
+    req_ids: list[str]
+    host: Any  # [T + 2B + B*k] int64: argmax | accepted | next_len | next_draft
+    done: Any  # torch.cuda.Event, or None when ``host`` is already readable
+    rows: list[int]
+    k: int
+    num_mask: list[int] | None
+
+    def resolve(self) -> VerifyPredictions:
+        if self.done is not None:
+            self.done.synchronize()
+        host = self.host.cpu().numpy() if self.done is None else self.host.numpy()
+        return VerifyPredictions.from_packed(self.req_ids, host, self.rows, self.k,
+                                             self.num_mask)
+
+
 def _offsets(num_rows_per_req: list[int]) -> np.ndarray:
     offsets = np.zeros(len(num_rows_per_req) + 1, dtype=np.int64)
     np.cumsum(num_rows_per_req, out=offsets[1:])
@@ -144,7 +182,7 @@ class VerifyObserver:
     """
 
     def __init__(self) -> None:
-        self.predictions: VerifyPredictions | None = None
+        self.predictions: VerifyPredictions | PendingPredictions | None = None
         self.captured_steps = 0  # verify steps whose predictions were captured
         self.request_state: dict[str, Any] = {}
         self.greedy: set[str] = set()  # requests of the current batch that decode greedily
@@ -208,9 +246,15 @@ class VerifyObserver:
         sampled) or when nothing more fits before ``max_model_len``."""
         return max(0, min(max_draft, max_model_len - num_tokens)) if sampled else 0
 
+    def current_predictions(self) -> VerifyPredictions | None:
+        """The current step's predictions, waiting for the device copy if one is pending."""
+        if isinstance(self.predictions, PendingPredictions):
+            self.predictions = self.predictions.resolve()
+        return self.predictions
+
     def take_predictions(self) -> VerifyPredictions | None:
         """The current step's predictions, once; a later call in the same step gets None."""
-        predictions, self.predictions = self.predictions, None
+        predictions, self.predictions = self.current_predictions(), None
         return predictions
 
     def retain_requests(self, live_req_ids: set[str],
