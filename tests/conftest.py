@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from vllm_cllm.runtime.engine import apply_cpu_env
+from vllm_cllm.runtime.engine import DTYPE_ENV, apply_cpu_env
 
-# Before anything imports vLLM: in-process engine on both cores, 1 GiB of KV cache.
+# Before anything imports vLLM: in-process engine on both cores, 1 GiB of KV cache; and
+# float32 engines on every platform (and in every subprocess): the tests assert token identity.
 apply_cpu_env({"VLLM_CPU_KVCACHE_SPACE": "1"})
+os.environ.setdefault(DTYPE_ENV, "float32")
 
 
 @pytest.fixture(scope="session")
@@ -37,8 +40,7 @@ def module_engine(model: str, speculative_config: dict[str, Any] | None) -> Iter
     """
     from vllm_cllm.runtime.engine import create_llm
 
-    # float32 everywhere: tests assert token identity, which bf16 guarantees only up to numerics
-    holder = {"llm": create_llm(model, speculative_config, dtype="float32")}
+    holder = {"llm": create_llm(model, speculative_config)}
     yield EngineProxy(holder)
     holder.clear()
     gc.collect()

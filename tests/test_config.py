@@ -185,3 +185,17 @@ def test_model_runner_v2_is_refused_by_name(tiny_path, monkeypatch):
     with pytest.raises(ConfigError, match="VLLM_USE_V2_MODEL_RUNNER"):
         _engine_config(tiny_path, speculative_config={"method": "jacobi",
                                                       "num_speculative_tokens": 4})
+
+
+def test_engine_helpers_use_float32_on_cpu_and_the_tests_dtype_everywhere(monkeypatch):
+    """The helpers' platform settings: CPU-friendly here; the suite's dtype override (set by
+    conftest for every engine, in-process or not) wins on any platform."""
+    from vllm_cllm.runtime import engine
+
+    monkeypatch.delenv(engine.DTYPE_ENV, raising=False)
+    assert engine.platform_settings() == {"dtype": "float32", "enforce_eager": True,
+                                          "distributed_executor_backend": "uni"}
+    monkeypatch.setattr(engine, "on_cpu", lambda: False)
+    assert engine.platform_settings() == {}  # vLLM's own defaults on a GPU
+    monkeypatch.setenv(engine.DTYPE_ENV, "float32")
+    assert engine.platform_settings() == {"dtype": "float32"}

@@ -34,13 +34,23 @@ def on_cpu() -> bool:
     return current_platform.is_cpu()
 
 
+#: Set (e.g. to ``float32``) to give every engine and server these helpers start that dtype
+#: on every platform: the tests assert token identity, which bf16 holds only up to numerics.
+DTYPE_ENV = "VLLM_CLLM_ENGINE_DTYPE"
+
+
 def platform_settings() -> dict[str, Any]:
     """Engine settings that depend on the platform. CPU: float32 (no fast bf16 matmul on
     many CPUs), eager mode and the in-process executor; elsewhere vLLM's own defaults (the
-    model's dtype, CUDA graphs, its default executor), which is what a GPU user runs."""
+    model's dtype, CUDA graphs, its default executor), which is what a GPU user runs.
+    :data:`DTYPE_ENV` overrides the dtype."""
+    settings: dict[str, Any] = {}
     if on_cpu():
-        return {"dtype": "float32", "enforce_eager": True, "distributed_executor_backend": "uni"}
-    return {}
+        settings = {"dtype": "float32", "enforce_eager": True,
+                    "distributed_executor_backend": "uni"}
+    if os.environ.get(DTYPE_ENV):
+        settings["dtype"] = os.environ[DTYPE_ENV]
+    return settings
 
 
 def llm_kwargs(model: str, speculative_config: dict[str, Any] | None = None,
