@@ -21,6 +21,7 @@ from vllm_cllm.training.quality import accuracy, mean_distinct_n, mean_nll
 
 TAIL = {"method": "jacobi", "num_speculative_tokens": 15, "fill": "tail"}
 DEFAULT = {"method": "jacobi", "num_speculative_tokens": 15}
+CONFIGS = {"none": None, "tail": TAIL, "default": DEFAULT}
 
 
 def prompts(tokenizer, problems: list[dict], instructed: bool) -> list[str]:
@@ -48,6 +49,8 @@ def main() -> None:
     parser.add_argument("--model", action="append", required=True, help="label=name-or-path")
     parser.add_argument("--problems", type=int, default=12)
     parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--configs", default="none,tail,default",
+                        help="of none (plain decoding), tail (pure Jacobi), default")
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
@@ -61,7 +64,7 @@ def main() -> None:
     for instructed in (True, False):
         batch = prompts(tokenizer, problems, instructed)
         for label, path in paths.items():
-            for config, spec in (("none", None), ("tail", TAIL), ("default", DEFAULT)):
+            for config, spec in [(c, CONFIGS[c]) for c in args.configs.split(",")]:
                 row = measure_in_subprocess(path, spec, {1: batch}, args.max_tokens)[0]
                 row.update(model=label, config=config, instructed=instructed)
                 if config == "none":
