@@ -6,7 +6,8 @@
 Losses (consistency and AR, per example) and the fixed-point accuracy come from the run's
 ``log_history.json``. Tokens per verify step is measured for real: every saved Trainer
 checkpoint's adapter is merged into the base model and served by vLLM with ``jacobi``
-(k = 15) on validation problems (gsm_symbolic seed 999: neither a training nor the eval seed);
+(k = 15, fixed, ``--fill``: ``hybrid``, or ``tail`` for pure Jacobi) on validation problems
+(gsm_symbolic seed 999: neither a training nor the eval seed);
 step 0 is the base model. Writes curve.json and training_curve.png.
 """
 
@@ -33,7 +34,7 @@ def checkpoints(run: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def plot(history: list[dict], tpf: list[dict], out: Path) -> None:
+def plot(history: list[dict], tpf: list[dict], out: Path, k: int, fill: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -54,7 +55,7 @@ def plot(history: list[dict], tpf: list[dict], out: Path) -> None:
     twin.set_ylabel("fixed-point accuracy (dotted)")
     right.plot([t["step"] for t in tpf], [t["tpf"] for t in tpf], marker="o")
     right.set_xlabel("optimizer step")
-    right.set_ylabel("tokens per verify step (vLLM, jacobi k=15)")
+    right.set_ylabel(f"tokens per step (vLLM, jacobi k={k}, fill {fill})")
     right.set_title("measured on validation problems")
     fig.tight_layout()
     fig.savefig(out / "training_curve.png", dpi=90)
@@ -70,6 +71,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=999)
     parser.add_argument("--k", type=int, default=15)
     parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--fill", default="hybrid",
+                        help="jacobi's fill: hybrid (lookups too) or tail (pure Jacobi)")
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
@@ -84,11 +87,12 @@ def main() -> None:
     for step, adapter in tqdm(points, desc="checkpoints"):
         with merged_checkpoint(base, adapter) as model_dir:
             tpf.append({"step": step, "tpf": jacobi_tpf(model_dir, prompts, args.k,
-                                                         args.max_tokens)})
+                                                         args.max_tokens, args.fill)})
         print(tpf[-1])
     history = json.loads((run / "log_history.json").read_text())
-    (out / "curve.json").write_text(json.dumps({"tpf": tpf, "history": history}, indent=1))
-    plot(history, tpf, out)
+    (out / "curve.json").write_text(json.dumps({"fill": args.fill, "k": args.k, "tpf": tpf,
+                                                "history": history}, indent=1))
+    plot(history, tpf, out, args.k, args.fill)
 
 
 if __name__ == "__main__":

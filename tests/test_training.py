@@ -40,6 +40,24 @@ def test_noise_states_keep_a_shrinking_correct_prefix():
     assert kept == sorted(kept, reverse=True) and all(k < N for k in kept)
 
 
+def test_shifted_states_are_the_fixed_point_one_late_or_noise_behind_a_correct_prefix():
+    from vllm_cllm.training.trajectories import shifted_states
+
+    fixed, context = np.arange(100, 100 + N), np.arange(50)
+    states = shifted_states(context, fixed, np.random.default_rng(0), levels=N)
+    assert len(states) == N
+    kinds = set()
+    for s in states:
+        keep = next(i for i in range(N) if s[i] != fixed[i])
+        assert s[:keep] == fixed[:keep].tolist()
+        if s[keep:] == [49 if keep == 0 else fixed[keep - 1], *fixed[keep:N - 1]]:
+            kinds.add("late")  # 49 is the context's last token
+        else:
+            assert all(t < 50 for t in s[keep:])
+            kinds.add("context")
+    assert kinds == {"late", "context"}
+
+
 def test_real_jacobi_iterates_converge_to_the_greedy_block(tiny):
     model, prompt, answer = tiny
     context = np.asarray(prompt + answer[:N])
@@ -172,10 +190,14 @@ def test_packed_forward_equals_separate_student_and_teacher_passes(tiny, consist
                 local = consistency == "local" and i + 1 < len(r.states)
                 target = r.states[i + 1] if local else r.fixed_point
                 start = len(r.context_ids)
-                for tokens, index in ((state, batch["student_index"][rows]),
-                                      (target, batch["teacher_index"][rows])):
+                # a state is packed from its first wrong token: its loss positions match
+                keep = batch["loss_mask"][rows]
+                for tokens, index, where in ((state, batch["student_index"][rows], keep),
+                                             (target, batch["teacher_index"][rows],
+                                              torch.ones_like(keep))):
                     ref = model(input_ids=torch.tensor([r.context_ids + tokens])).logits[0]
-                    torch.testing.assert_close(flat[index], ref[start:start + N - 1],
+                    torch.testing.assert_close(flat[index][where],
+                                               ref[start:start + N - 1][where],
                                                atol=1e-4, rtol=1e-4)
                 rows += 1
         clean = model(input_ids=torch.tensor([prompt + answer])).logits
@@ -293,6 +315,11 @@ def test_window_packs_only_the_tokens_its_loss_reads(tiny):
     records = build_records(0, prompt, answer, n=N, mode="noise", seed=3, max_states=3)
     full, windowed = pack_prompt(records), pack_prompt(records, window=2)
     assert len(windowed.input_ids) < len(full.input_ids)
+    # every state is packed from its first wrong token: the tokens before it are not repeated
+    clean = len(prompt) + len(answer)
+    first_wrong = [next(i for i in range(N) if s[i] != r.fixed_point[i])
+                   for r in records for s in r.states]
+    assert len(full.input_ids) - clean == sum(N - 1 - min(f, N - 2) for f in first_wrong)
     batch = collate([windowed])
     with torch.no_grad():
         flat = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],

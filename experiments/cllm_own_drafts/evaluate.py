@@ -1,46 +1,91 @@
 """What a checkpoint drafts by itself: pure Jacobi decoding (``fill: tail``, k 15) at batch 1
 on gsm_symbolic problems of a seed no recipe uses, with the recipe's instruction and with the
-bare question; beside it the checkpoint's default ``jacobi`` and plain decoding, and the
-answers' quality (distinct-4, NLL under the base model, length, accuracy).
+bare question; beside it the checkpoint's default ``jacobi``, vLLM's ``suffix`` and ``ngram``,
+``space`` k 5 (for a SPACE checkpoint) and plain decoding, all engines in lock step (one
+problem per round); and the answers' quality (distinct-4, NLL under the base model, length,
+accuracy). A last round runs every problem at once: batched output must be token-identical too.
 
     .venv/bin/python experiments/cllm_own_drafts/evaluate.py --out results/own_drafts \\
-        --model base=smollm2-135m-instruct --model demo=smollm2-135m-cllm-gsm \\
-        --model full=results/cllm-full/run/model --problems 12
+        --model base=smollm2-135m-instruct --model demo=smollm2-135m-cllm-gsm --problems 12
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
+from typing import Any
 
-from vllm_cllm.bench.measure import measure_in_subprocess
+from vllm_cllm.bench.engine_pool import EnginePool
+from vllm_cllm.bench.measure import WARMUP_PROMPT, tokens_per_verify_step
+from vllm_cllm.bench.suite import NGRAM_SPEC, SUFFIX_SPEC
 from vllm_cllm.runtime.checkpoints import model_path
-from vllm_cllm.training.gsm import GSM_EVAL_SEED, chat_prompt, unseen_problems
+from vllm_cllm.training.gsm import GSM_EVAL_SEED, chat_prompt, gsm_problems
 from vllm_cllm.training.quality import accuracy, mean_distinct_n, mean_nll
 
 TAIL = {"method": "jacobi", "num_speculative_tokens": 15, "fill": "tail"}
 DEFAULT = {"method": "jacobi", "num_speculative_tokens": 15}
-CONFIGS = {"none": None, "tail": TAIL, "default": DEFAULT}
+SPACE = {"method": "space", "num_speculative_tokens": 5}
+CONFIGS = {"none": None, "tail": TAIL, "default": DEFAULT, "suffix": SUFFIX_SPEC,
+           "ngram": NGRAM_SPEC, "space": SPACE}
+EVAL_SEED = GSM_EVAL_SEED + 7
+#: (seed, count) of every training set the evaluated checkpoints saw
+TRAINING_SETS = ((1, 1000), (3, 600))
 
 
-def prompts(tokenizer, problems: list[dict], instructed: bool) -> list[str]:
+def problems(count: int) -> list[dict[str, Any]]:
+    """The first ``count`` problems of the evaluation seed asked in no training set."""
+    trained = {p["question"] for seed, n in TRAINING_SETS for p in gsm_problems(n, seed)}
+    pool = gsm_problems(count * 2 + 20, EVAL_SEED)
+    unseen = [p for p in pool if p["question"] not in trained]
+    if len(unseen) < count:
+        raise SystemExit(f"only {len(unseen)} unseen problems among the first {len(pool)}")
+    return unseen[:count]
+
+
+def prompts(tokenizer, chosen: list[dict], instructed: bool) -> list[str]:
     if instructed:
-        return [chat_prompt(tokenizer, p["question"]) for p in problems]
+        return [chat_prompt(tokenizer, p["question"]) for p in chosen]
     return [tokenizer.apply_chat_template([{"role": "user", "content": p["question"]}],
                                           tokenize=False, add_generation_prompt=True)
-            for p in problems]
+            for p in chosen]
 
 
 def quality(base: str, tokenizer, batch: list[str], answers: list[list[int]],
-            problems: list[dict]) -> dict[str, float]:
+            chosen: list[dict]) -> dict[str, float]:
     """Accuracy, distinct-4, NLL under the base model and mean length of the answers."""
     prompt_ids = tokenizer(batch, add_special_tokens=False).input_ids
     texts = tokenizer.batch_decode(answers, skip_special_tokens=True)
-    return {"accuracy": accuracy(texts, [p["answer"] for p in problems]),
+    return {"accuracy": accuracy(texts, [p["answer"] for p in chosen]),
             "distinct_4": mean_distinct_n(answers, 4),
             "nll_under_base": mean_nll(base, prompt_ids, answers),
             "answer_tokens": sum(map(len, answers)) / len(answers)}
+
+
+def run_pool(path: str, configs: list[str], batch: list[str], max_tokens: int
+             ) -> dict[str, dict[str, Any]]:
+    """Every config on one model in lock step: one prompt per round, then all at once."""
+    rounds, batched = [], {}
+    with EnginePool({c: (path, CONFIGS[c]) for c in configs}) as pool:
+        for prompt in batch:
+            rounds.append(pool.measure({"batch_size": 1, "warmup": [WARMUP_PROMPT],
+                                        "prompts": [prompt]}, max_tokens))
+        batched = pool.measure({"batch_size": len(batch), "warmup": [WARMUP_PROMPT],
+                                "prompts": batch}, max_tokens)
+    out = {}
+    for c in configs:
+        tokens = [r[c]["tokens"][0] for r in rounds]
+        steps = [r[c]["steps"][0] for r in rounds]
+        out[c] = {"tokens_per_verify_step": tokens_per_verify_step(tokens, steps),
+                  "tokens_per_s": sum(map(len, tokens)) / sum(r[c]["seconds"] for r in rounds),
+                  "speedup_rounds": [r[c]["tokens_per_s"] / r["none"]["tokens_per_s"]
+                                     for r in rounds],
+                  "identical": tokens == [r["none"]["tokens"][0] for r in rounds],
+                  "identical_batched": batched[c]["tokens"] == batched["none"]["tokens"],
+                  "tokens": tokens}
+        out[c]["speedup"] = statistics.median(out[c]["speedup_rounds"])
+    return out
 
 
 def main() -> None:
@@ -49,49 +94,48 @@ def main() -> None:
     parser.add_argument("--model", action="append", required=True, help="label=name-or-path")
     parser.add_argument("--problems", type=int, default=12)
     parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--configs", default="none,tail,default",
-                        help="of none (plain decoding), tail (pure Jacobi), default")
+    parser.add_argument("--configs", default="none,tail,default,suffix,ngram",
+                        help=f"of {', '.join(CONFIGS)} (none is always run)")
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
+    configs = ["none"] + [c for c in args.configs.split(",") if c != "none"]
     models = dict(m.split("=", 1) for m in args.model)
     paths = {label: str(model_path(name)) if not Path(name).exists() else name
              for label, name in models.items()}
-    base = paths.get("base") or str(model_path("smollm2-135m-instruct"))
+    base = str(model_path("smollm2-135m-instruct"))
     tokenizer = AutoTokenizer.from_pretrained(base)
-    problems = unseen_problems(args.problems, GSM_EVAL_SEED + 7, 1000, 1)
+    chosen = problems(args.problems)
     rows = []
     for instructed in (True, False):
-        batch = prompts(tokenizer, problems, instructed)
+        batch = prompts(tokenizer, chosen, instructed)
         for label, path in paths.items():
-            for config, spec in [(c, CONFIGS[c]) for c in args.configs.split(",")]:
-                row = measure_in_subprocess(path, spec, {1: batch}, args.max_tokens)[0]
-                row.update(model=label, config=config, instructed=instructed)
-                if config == "none":
-                    row["quality"] = quality(base, tokenizer, batch, row["tokens"], problems)
-                rows.append(row)
+            measured = run_pool(path, configs, batch, args.max_tokens)
+            answers = measured["none"]["tokens"]
+            q = quality(base, tokenizer, batch, answers, chosen)
+            for config, row in measured.items():
+                row = {k: v for k, v in row.items() if k != "tokens"}
+                rows.append({"model": label, "instructed": instructed, "config": config, **row,
+                             **({"quality": q} if config == "none" else {})})
                 print(label, config, "instructed" if instructed else "bare",
-                      f"{row['tokens_per_verify_step']:.2f}", flush=True)
-    for row in rows:  # lossless: each speculative row against its plain decoding
-        plain = next(r for r in rows if r["model"] == row["model"] and r["config"] == "none"
-                     and r["instructed"] == row["instructed"])
-        row["identical"] = row["tokens"] == plain["tokens"]
-        row["speedup"] = row["tokens_per_s"] / plain["tokens_per_s"]
+                      f"{row['tokens_per_verify_step']:.2f} {row['speedup']:.2f}x", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(rows, indent=1))
-    lines = ["| model | prompt | config | tokens/verify step | speed-up | identical |",
-             "|---|---|---|---:|---:|---|"]
-    lines += [f"| {r['model']} | {'instruction' if r['instructed'] else 'bare'} | "
-              f"{r['config']} | {r['tokens_per_verify_step']:.2f} | {r['speedup']:.2f}x | "
-              f"{r['identical']} |" for r in rows]
+    (args.out / "results.json").write_text(json.dumps(
+        {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=1))
+    fmt = {True: "instruction", False: "bare"}
+    lines = [f"{args.problems} problems of seed {EVAL_SEED}, batch 1, k 15, {args.max_tokens} "
+             "tokens, engines in lock step; speed-up: median over problems of tokens/s "
+             "against plain decoding in the same round", "",
+             "| model | prompt | config | tokens/verify step | speed-up | identical "
+             "(batch 1 / all at once) |", "|---|---|---|---:|---:|---|"]
+    lines += [f"| {r['model']} | {fmt[r['instructed']]} | {r['config']} | "
+              f"{r['tokens_per_verify_step']:.2f} | {r['speedup']:.2f}x | "
+              f"{r['identical']} / {r['identical_batched']} |" for r in rows]
     lines += ["", "| model | prompt | distinct-4 | NLL under base | answer tokens | accuracy |",
               "|---|---|---:|---:|---:|---:|"]
-    lines += [f"| {r['model']} | {'instruction' if r['instructed'] else 'bare'} | "
-              f"{r['quality'].get('distinct_4', float('nan')):.3f} | "
-              f"{r['quality'].get('nll_under_base', float('nan')):.3f} | "
-              f"{r['quality'].get('answer_tokens', float('nan')):.0f} | "
-              f"{r['quality'].get('accuracy', float('nan')):.3f} |"
-              for r in rows if r["config"] == "none"]
+    lines += [f"| {r['model']} | {fmt[r['instructed']]} | {r['quality']['distinct_4']:.3f} | "
+              f"{r['quality']['nll_under_base']:.3f} | {r['quality']['answer_tokens']:.0f} | "
+              f"{r['quality']['accuracy']:.3f} |" for r in rows if r["config"] == "none"]
     (args.out / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

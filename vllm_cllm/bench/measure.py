@@ -192,9 +192,11 @@ def speedup_bars(ax: Any, labels: list[str], speedups: list[float], title: str) 
     ax.invert_yaxis()
 
 
-def jacobi_tpf(model: str, prompts: list[str], k: int, max_tokens: int) -> float:
-    """Tokens per step of ``model`` with ``jacobi`` (all prompts in one batch), steps counted."""
-    spec = {"method": "jacobi", "num_speculative_tokens": k, "adaptive": False}
+def jacobi_tpf(model: str, prompts: list[str], k: int, max_tokens: int,
+               fill: str = "hybrid") -> float:
+    """Tokens per step of ``model`` with ``jacobi`` drafting k tokens with ``fill`` (all
+    prompts in one batch), steps counted; ``fill`` "tail" is pure Jacobi decoding."""
+    spec = {"method": "jacobi", "num_speculative_tokens": k, "adaptive": False, "fill": fill}
     row = measure_in_subprocess(model, spec, {len(prompts): prompts}, max_tokens)[0]
     return row["tokens_per_step"]
 

@@ -141,8 +141,9 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                    help="gsm_symbolic seed (training seeds only)")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--mode", choices=["noise", "jacobi", "onpolicy"], default="noise",
-                   help="noise: progressive noise from the fixed point; jacobi: real Jacobi "
+    p.add_argument("--mode", choices=["noise", "shifted", "jacobi", "onpolicy"], default="noise",
+                   help="noise: progressive noise from the fixed point; shifted: the same "
+                   "prefixes, behind them the fixed point one late or noise; jacobi: real Jacobi "
                    "iterates (transformers); onpolicy: the drafts `jacobi` verifies in vLLM")
     p.add_argument("--max-states", type=int, default=4,
                    help="states kept per block (onpolicy: per prompt)")

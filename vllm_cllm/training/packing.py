@@ -1,9 +1,10 @@
 """One forward pass per prompt for the whole CLLM objective (sequence packing).
 
 A prompt's clean sequence (prompt + greedy answer) and every noisy block state of its
-trajectory records go into one packed row. A 4-D attention mask lets a state's tokens see the
-clean sequence up to their block's start and the earlier tokens of the same state, with the
-positions they would have in an unpacked sequence. So one forward gives:
+trajectory records go into one packed row. A state is packed from its first wrong token on
+(the tokens before it equal the clean sequence); a 4-D attention mask lets its tokens see the
+clean sequence up to that token and the earlier tokens of the same state, with the positions
+they would have in an unpacked sequence. So one forward gives:
 
 * the AR loss on the clean sequence (with gradient);
 * the teacher: the model's output at every fixed point is the clean sequence's own output
@@ -94,13 +95,22 @@ def pack_prompt(records: list[TrajectoryRecord], *, consistency: str = "global",
         if r.context_ids != clean[:start] or r.fixed_point != clean[start:start + n]:
             raise ValueError(f"prompt {r.prompt_id} block {r.block}: record does not match "
                              "its prompt's greedy answer")
-        length = n - 1  # loss row j reads the state's first j + 1 tokens
+        # loss row j reads the state's first j + 1 tokens; the tokens before the first wrong
+        # one equal the clean sequence there, so the segment starts at the first wrong token
+        # and reads the clean sequence before it: the same logits, fewer tokens
+        first_wrong = next((i for i, (a, b) in enumerate(zip(state, r.fixed_point, strict=True))
+                            if a != b), n - 1)
+        if loss_row.any():  # a local target may diverge earlier than the fixed point
+            first_wrong = min(first_wrong, int(loss_row.nonzero().min()))
+        first_wrong = min(first_wrong, n - 2)
+        length = n - 1
         if window > 0 and loss_row.any():
             length = int(loss_row.nonzero().max()) + 1
-        row = append(start, state[:length])
-        # positions past the packed tokens are outside the window's loss mask; they point at
-        # the segment's last row only to keep the index rectangular
-        student_index.append([row + min(j, length - 1) for j in range(n - 1)])
+        row = append(start + first_wrong, state[first_wrong:length])
+        # positions outside the packed tokens are outside the loss mask; they point at the
+        # segment's first or last row only to keep the index rectangular
+        student_index.append([row + min(max(j - first_wrong, 0), length - 1 - first_wrong)
+                              for j in range(n - 1)])
         # the clean logits at start..start+n-2 predict the fixed point's positions 1..n-1;
         # a separate teacher segment is needed only for another target (local loss)
         teacher_row = start if target == r.fixed_point else append(start, target[:n - 1])

@@ -7,7 +7,10 @@ Two ways to get the states in between:
 * ``jacobi``: real Jacobi iterates from a CLLM-style initial guess (tokens drawn from the
   context), one forward of the block per iteration over the cached context (CLLM);
 * ``noise``: states synthesized from the fixed point, keeping a prefix and replacing the rest
-  by context tokens at progressive noise levels (Jacobi Forcing); no forward pass at all.
+  by context tokens at progressive noise levels (Jacobi Forcing); no forward pass at all;
+* ``shifted``: the same prefixes, the rest being the fixed point one position late or context
+  tokens, one of the two per state: what a pure Jacobi draft behind a rejected token mostly
+  is (the right tokens one slot late, or other tokens of the answer), again without a forward.
 
 Records are JSON lines (see :class:`TrajectoryRecord`); a build resumes where it stopped.
 """
@@ -22,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-MODES = ("noise", "jacobi")
+MODES = ("noise", "shifted", "jacobi")
 
 
 @dataclass
@@ -58,6 +61,30 @@ def noise_states(context: np.ndarray, fixed: np.ndarray, rng: np.random.Generato
         keep = int(round(n * (1 - level / levels)))
         state = fixed.copy()
         state[keep:] = context_guess(context, n - keep, rng)
+        if not np.array_equal(state, fixed):
+            out.append(state.tolist())
+    return out
+
+
+def shifted_states(context: np.ndarray, fixed: np.ndarray, rng: np.random.Generator,
+                   levels: int) -> list[list[int]]:
+    """Progressive prefixes as :func:`noise_states`; behind the kept prefix, per state one of:
+    the fixed point one position late (its previous token repeated) or context tokens.
+
+    A draft one position *early* (a token skipped) is left out: behind it the fixed point
+    repeats the token just read, which clean text cannot tell from a skip, so it would teach
+    the model to repeat itself.
+    """
+    n = len(fixed)
+    before = np.concatenate([context[-1:], fixed])  # before[i] is the token preceding fixed[i]
+    out = []
+    for level in range(1, levels + 1):
+        keep = int(round(n * (1 - level / levels)))
+        state = fixed.copy()
+        if rng.integers(2) == 0:
+            state[keep:] = before[keep:n]
+        else:
+            state[keep:] = context_guess(context, n - keep, rng)
         if not np.array_equal(state, fixed):
             out.append(state.tolist())
     return out
@@ -125,6 +152,8 @@ def build_records(prompt_id: int, prompt_ids: list[int], answer_ids: list[int], 
     for j, context, fixed in blocks_of(prompt_ids, answer_ids, n):
         if mode == "noise":
             states = noise_states(context, fixed, rng, max_states)
+        elif mode == "shifted":
+            states = shifted_states(context, fixed, rng, max_states)
         else:
             states = jacobi_states(model, context, fixed, rng, max_states)
         if states:
