@@ -97,8 +97,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     dirs = {"base": str(model_path(args.base)), "cllm": str(model_path(args.cllm))}
     tokenizer = AutoTokenizer.from_pretrained(dirs["base"])
-    problems = unseen_problems(args.num_problems, args.seed, args.training_prompts,
-                               args.training_seed)
+    problems = unseen_problems(args.num_problems, args.seed,
+                               [(args.training_seed, args.training_prompts)])
     prompts = [chat_prompt(tokenizer, p["question"]) for p in problems]
     ks = [int(k) for k in args.ks.split(",")]
     b1_ks = [int(k) for k in args.b1_ks.split(",")]

@@ -41,10 +41,8 @@ def test_noise_states_keep_a_shrinking_correct_prefix():
 
 
 def test_shifted_states_are_the_fixed_point_one_late_or_noise_behind_a_correct_prefix():
-    from vllm_cllm.training.trajectories import shifted_states
-
     fixed, context = np.arange(100, 100 + N), np.arange(50)
-    states = shifted_states(context, fixed, np.random.default_rng(0), levels=N)
+    states = noise_states(context, fixed, np.random.default_rng(0), levels=N, shifted=True)
     assert len(states) == N
     kinds = set()
     for s in states:
@@ -386,7 +384,10 @@ def test_the_gsm_benchmark_evaluates_on_problems_never_seen_in_training():
     trained = {p["question"] for p in gsm_problems(400, 1)}
     first = gsm_problems(41, GSM_EVAL_SEED)
     assert [i for i, p in enumerate(first) if p["question"] in trained] == [33]
-    assert unseen_problems(40, GSM_EVAL_SEED, 400, 1) == first[:33] + first[34:]
+    assert unseen_problems(40, GSM_EVAL_SEED, [(1, 400)]) == first[:33] + first[34:]
+    # several training sets: a question in any of them is left out
+    assert unseen_problems(40, GSM_EVAL_SEED, [(1000, 2), (1, 400)]) == first[2:33] + \
+        first[34:] + gsm_problems(43, GSM_EVAL_SEED)[41:]
 
 
 def test_tokens_per_verify_step_leaves_out_the_prefill_step_and_its_token():

@@ -21,7 +21,7 @@ from vllm_cllm.bench.engine_pool import EnginePool
 from vllm_cllm.bench.measure import WARMUP_PROMPT, tokens_per_verify_step
 from vllm_cllm.bench.suite import NGRAM_SPEC, SUFFIX_SPEC
 from vllm_cllm.runtime.checkpoints import model_path
-from vllm_cllm.training.gsm import GSM_EVAL_SEED, chat_prompt, gsm_problems
+from vllm_cllm.training.gsm import GSM_EVAL_SEED, chat_prompt, unseen_problems
 from vllm_cllm.training.quality import accuracy, mean_distinct_n, mean_nll
 
 TAIL = {"method": "jacobi", "num_speculative_tokens": 15, "fill": "tail"}
@@ -32,16 +32,6 @@ CONFIGS = {"none": None, "tail": TAIL, "default": DEFAULT, "suffix": SUFFIX_SPEC
 EVAL_SEED = GSM_EVAL_SEED + 7
 #: (seed, count) of every training set the evaluated checkpoints saw
 TRAINING_SETS = ((1, 1000), (3, 600))
-
-
-def problems(count: int) -> list[dict[str, Any]]:
-    """The first ``count`` problems of the evaluation seed asked in no training set."""
-    trained = {p["question"] for seed, n in TRAINING_SETS for p in gsm_problems(n, seed)}
-    pool = gsm_problems(count * 2 + 20, EVAL_SEED)
-    unseen = [p for p in pool if p["question"] not in trained]
-    if len(unseen) < count:
-        raise SystemExit(f"only {len(unseen)} unseen problems among the first {len(pool)}")
-    return unseen[:count]
 
 
 def prompts(tokenizer, chosen: list[dict], instructed: bool) -> list[str]:
@@ -105,7 +95,7 @@ def main() -> None:
              for label, name in models.items()}
     base = str(model_path("smollm2-135m-instruct"))
     tokenizer = AutoTokenizer.from_pretrained(base)
-    chosen = problems(args.problems)
+    chosen = unseen_problems(args.problems, EVAL_SEED, TRAINING_SETS)
     rows = []
     for instructed in (True, False):
         batch = prompts(tokenizer, chosen, instructed)

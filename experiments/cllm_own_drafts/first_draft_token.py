@@ -16,9 +16,10 @@ import json
 from pathlib import Path
 
 import torch
+from evaluate import EVAL_SEED, TRAINING_SETS  # the sibling script: the same problems
 
 from vllm_cllm.runtime.checkpoints import model_path
-from vllm_cllm.training.gsm import GSM_EVAL_SEED, chat_prompt, gsm_problems
+from vllm_cllm.training.gsm import chat_prompt, unseen_problems
 
 KINDS = ("right", "one slot late", "one slot early", "nearby in the answer", "other")
 
@@ -72,7 +73,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path("smollm2-135m-instruct"))
-    problems = gsm_problems(args.problems, GSM_EVAL_SEED + 7)
+    problems = unseen_problems(args.problems, EVAL_SEED, TRAINING_SETS)
     results = {}
     for label, name in (m.split("=", 1) for m in args.model):
         path = name if Path(name).exists() else model_path(name)

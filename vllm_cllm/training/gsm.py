@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 #: the evaluation seed of every gsm_symbolic benchmark here; the demos train on seed 1
@@ -39,12 +40,13 @@ def training_problems(count: int, seed: int, exclude_eval: int = 0) -> list[dict
     return [p for p in problems if p["question"] not in held_out]
 
 
-def unseen_problems(count: int, seed: int, training_count: int, training_seed: int
+def unseen_problems(count: int, seed: int, trained_on: Iterable[tuple[int, int]]
                     ) -> list[dict[str, Any]]:
     """The first ``count`` problems of ``seed`` whose question is not verbatim among the first
-    ``training_count`` problems of ``training_seed``: an evaluation set a model trained on
-    those prompts has never seen (seed 1000's 34th question is seed 1's 287th)."""
-    trained = {p["question"] for p in gsm_problems(training_count, training_seed)}
+    ``n`` problems of any ``(training seed, n)`` in ``trained_on``: an evaluation set a model
+    trained on those prompts has never seen (seed 1000's 34th question is seed 1's 287th)."""
+    trained = {p["question"] for training_seed, n in trained_on
+               for p in gsm_problems(n, training_seed)}
     size = count
     while True:
         unseen = [p for p in gsm_problems(size, seed) if p["question"] not in trained]

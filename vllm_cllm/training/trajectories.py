@@ -53,27 +53,14 @@ def context_guess(context: np.ndarray, n: int, rng: np.random.Generator) -> np.n
 
 
 def noise_states(context: np.ndarray, fixed: np.ndarray, rng: np.random.Generator,
-                 levels: int) -> list[list[int]]:
-    """Progressive noise: state l keeps the first ceil(n*(1-l/levels)) tokens... down to none."""
-    n = len(fixed)
-    out = []
-    for level in range(1, levels + 1):
-        keep = int(round(n * (1 - level / levels)))
-        state = fixed.copy()
-        state[keep:] = context_guess(context, n - keep, rng)
-        if not np.array_equal(state, fixed):
-            out.append(state.tolist())
-    return out
+                 levels: int, shifted: bool = False) -> list[list[int]]:
+    """Progressive noise: state l keeps the first round(n*(1-l/levels)) tokens... down to none;
+    behind them context tokens, or with ``shifted``, per state at even odds, the fixed point one
+    position late (its previous token repeated) instead.
 
-
-def shifted_states(context: np.ndarray, fixed: np.ndarray, rng: np.random.Generator,
-                   levels: int) -> list[list[int]]:
-    """Progressive prefixes as :func:`noise_states`; behind the kept prefix, per state one of:
-    the fixed point one position late (its previous token repeated) or context tokens.
-
-    A draft one position *early* (a token skipped) is left out: behind it the fixed point
-    repeats the token just read, which clean text cannot tell from a skip, so it would teach
-    the model to repeat itself.
+    A draft one position *early* (a token skipped) is not among the shifted states: behind it
+    the fixed point repeats the token just read, which clean text cannot tell from a skip, so
+    it would teach the model to repeat itself.
     """
     n = len(fixed)
     before = np.concatenate([context[-1:], fixed])  # before[i] is the token preceding fixed[i]
@@ -81,7 +68,7 @@ def shifted_states(context: np.ndarray, fixed: np.ndarray, rng: np.random.Genera
     for level in range(1, levels + 1):
         keep = int(round(n * (1 - level / levels)))
         state = fixed.copy()
-        if rng.integers(2) == 0:
+        if shifted and rng.integers(2) == 0:
             state[keep:] = before[keep:n]
         else:
             state[keep:] = context_guess(context, n - keep, rng)
@@ -150,10 +137,8 @@ def build_records(prompt_id: int, prompt_ids: list[int], answer_ids: list[int], 
     rng = np.random.default_rng([seed, prompt_id])
     records = []
     for j, context, fixed in blocks_of(prompt_ids, answer_ids, n):
-        if mode == "noise":
-            states = noise_states(context, fixed, rng, max_states)
-        elif mode == "shifted":
-            states = shifted_states(context, fixed, rng, max_states)
+        if mode in ("noise", "shifted"):
+            states = noise_states(context, fixed, rng, max_states, shifted=mode == "shifted")
         else:
             states = jacobi_states(model, context, fixed, rng, max_states)
         if states:
