@@ -9,6 +9,10 @@ checkpoint's adapter is merged into the base model and served by vLLM with ``jac
 (k = 15, fixed, ``--fill``: ``hybrid``, or ``tail`` for pure Jacobi) on validation problems
 (gsm_symbolic seed 999: neither a training nor the eval seed);
 step 0 is the base model. Writes curve.json and training_curve.png.
+
+A run that continues an earlier one's checkpoint (``vllm-cllm train cllm --init-adapter``)
+is drawn after it: ``--prior OUT/curve.json --prior-step N`` takes the earlier curve up to
+step N and numbers this run's steps from N.
 """
 
 from __future__ import annotations
@@ -73,6 +77,10 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--fill", default="hybrid",
                         help="jacobi's fill: hybrid (lookups too) or tail (pure Jacobi)")
+    parser.add_argument("--prior", type=Path, default=None,
+                        help="curve.json of the run this one continues")
+    parser.add_argument("--prior-step", type=int, default=0,
+                        help="the step of the prior run this one started from")
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
@@ -82,14 +90,21 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(base)
     prompts = [chat_prompt(tokenizer, p["question"])
                for p in gsm_problems(args.num_problems, args.seed)]
-    points = [(0, None), *checkpoints(run)]
-    tpf = []
-    for step, adapter in tqdm(points, desc="checkpoints"):
+    offset = args.prior_step
+    tpf, history = [], []
+    if args.prior:
+        prior = json.loads(args.prior.read_text())
+        tpf = [t for t in prior["tpf"] if t["step"] <= offset]
+        history = [h for h in prior["history"] if h.get("step", 0) <= offset]
+    points = [] if args.prior else [(0, None)]
+    for step, adapter in tqdm([*points, *checkpoints(run)], desc="checkpoints"):
         with merged_checkpoint(base, adapter) as model_dir:
-            tpf.append({"step": step, "tpf": jacobi_tpf(model_dir, prompts, args.k,
-                                                         args.max_tokens, args.fill)})
+            tpf.append({"step": offset + step,
+                        "tpf": jacobi_tpf(model_dir, prompts, args.k, args.max_tokens,
+                                          args.fill)})
         print(tpf[-1])
-    history = json.loads((run / "log_history.json").read_text())
+    history += [{**h, "step": offset + h["step"]} if "step" in h else h
+                for h in json.loads((run / "log_history.json").read_text())]
     (out / "curve.json").write_text(json.dumps({"fill": args.fill, "k": args.k, "tpf": tpf,
                                                 "history": history}, indent=1))
     plot(history, tpf, out, args.k, args.fill)

@@ -251,6 +251,37 @@ def test_training_steps_write_a_loadable_checkpoint(tiny, tiny_path, tmp_path, l
             torch.testing.assert_close(a, b, atol=1e-3, rtol=1e-3)
 
 
+def test_a_further_round_continues_the_given_adapter(tiny, tiny_path, tmp_path):
+    """``init_adapter``: the second round starts from the first round's adapter (not a fresh
+    one) and trains it further; the merged model is the base plus the continued adapter."""
+    from safetensors.torch import load_file
+
+    from vllm_cllm.training.cllm import CllmConfig, train_cllm
+
+    _, prompt, answer = tiny
+    records = build_records(0, prompt, answer, n=N, mode="noise", seed=1, max_states=2)
+    first = CllmConfig(block_size=N, max_steps=6, grad_accum=1, lora_rank=4,
+                       learning_rate=1e-3, logging_steps=1)
+    train_cllm(tiny_path, records, tmp_path / "one", first)
+    adapter = tmp_path / "one" / "adapter"
+    before = load_file(str(adapter / "adapter_model.safetensors"))
+    second = CllmConfig(**{**vars(first), "init_adapter": str(adapter), "max_steps": 2})
+    train_cllm(tiny_path, records, tmp_path / "two", second)
+    after = load_file(str(tmp_path / "two" / "adapter" / "adapter_model.safetensors"))
+    assert after.keys() == before.keys()
+    lora_b = [k for k in before if "lora_B" in k]
+    # a fresh adapter starts from lora_B = 0; one step of the continued one stays near the first's
+    moved = sum(float((after[k] - before[k]).norm()) for k in lora_b)
+    assert moved < 0.5 * sum(float(before[k].norm()) for k in lora_b)
+    assert any(not torch.equal(after[k], before[k]) for k in before)
+    with pytest.raises(ValueError, match="lora_rank"):
+        train_cllm(tiny_path, records, tmp_path / "three",
+                   CllmConfig(**{**vars(second), "lora_rank": 0}))
+    with pytest.raises(FileNotFoundError, match="adapter_config.json"):
+        train_cllm(tiny_path, records, tmp_path / "three",
+                   CllmConfig(**{**vars(second), "init_adapter": str(tmp_path)}))
+
+
 def test_quality_figures():
     from vllm_cllm.training.quality import accuracy, distinct_n, mean_distinct_n
 

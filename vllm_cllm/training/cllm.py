@@ -55,6 +55,7 @@ class CllmConfig:
     grad_accum: int = 4
     lora_rank: int = 0  # 0: full fine-tune
     lora_alpha: int = 32
+    init_adapter: str = ""  # a LoRA adapter dir to continue training (a further round)
     max_steps: int = -1
     logging_steps: int = 10
     save_steps: int = 200
@@ -181,9 +182,19 @@ def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | 
     random.seed(config.seed)
     torch.manual_seed(config.seed)
     out = Path(out_dir)
+    if config.init_adapter:
+        if not config.lora_rank:
+            raise ValueError("init_adapter continues a LoRA run: set lora_rank as well")
+        if not (Path(config.init_adapter) / "adapter_config.json").exists():
+            raise FileNotFoundError(f"init_adapter {config.init_adapter}: no adapter_config.json"
+                                    " (a run's adapter/ or a Trainer checkpoint-N/)")
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32)
-    if config.lora_rank:
+    if config.init_adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, config.init_adapter, is_trainable=True)
+    elif config.lora_rank:
         model = with_lora(model, config.lora_rank, config.lora_alpha)
     if config.anchor not in ("base", "self"):
         raise ValueError(f"anchor must be 'base' or 'self'; got {config.anchor!r}")

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The recipe in rounds of experiments/cllm_own_drafts (README, "Rounds"): shifted states, a
+# second round with the learning rate restarted, then rounds on the model's own pure Jacobi
+# drafts. Every step resumes where it stopped; OUT holds everything but the artifact.
+set -euo pipefail
+OUT=${OUT:-results/cllm-rounds}
+BASE=smollm2-135m-instruct
+TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate 3e-4 --epochs 1
+       --grad-accum 4 --ar-weight 5.0 --anchor base --consistency-window 2 --save-steps 25
+       --logging-steps 5)
+
+# round 1: the base model's greedy answers (600 prompts of seed 3), shifted states; a 100-step
+# cosine schedule of which rounds 2 and 3 continue step 75 (300 prompts)
+.venv/bin/vllm-cllm train trajectories --model $BASE --num-prompts 600 --seed 3 \
+    --exclude-eval 40 --block-size 16 --max-new-tokens 256 --mode shifted --max-states 16 \
+    --out "$OUT/trajectories.jsonl"
+.venv/bin/vllm-cllm train cllm --model $BASE --data "$OUT/trajectories.jsonl" \
+    --out "$OUT/round1" "${TRAIN[@]}" --seed 0 --max-steps 100
+# round 2: the same pool in another order, from round 1's adapter
+.venv/bin/vllm-cllm train cllm --model $BASE --data "$OUT/trajectories.jsonl" \
+    --out "$OUT/round2" "${TRAIN[@]}" --seed 1 --max-steps 75 \
+    --init-adapter "$OUT/round1/trainer/checkpoint-75"
+# rounds 3 and 4: the previous round's own pure Jacobi drafts on 150 prompts (the same
+# prompts each round, new drafts), beside the shifted states of 150 pool prompts not yet
+# used (prompt ids kept apart), from the previous round's adapter
+onpolicy_round() {  # round, previous round, first pool prompt, Trainer seed
+  local round=$1 previous=$2 first=$3 seed=$4
+  [ -f "$OUT/$previous-merged/config.json" ] || .venv/bin/python -c "
+from pathlib import Path
+from vllm_cllm.runtime.checkpoints import merge_adapter, model_path
+merge_adapter(model_path('$BASE'), Path('$OUT/$previous/adapter'), Path('$OUT/$previous-merged'))"
+  .venv/bin/vllm-cllm train trajectories --model "$OUT/$previous-merged" --num-prompts 150 \
+      --seed 3 --exclude-eval 40 --block-size 16 --max-new-tokens 256 --mode onpolicy \
+      --onpolicy-fill tail --max-states 64 --out "$OUT/$round-drafts.jsonl"
+  OUT="$OUT" ROUND="$round" FIRST="$first" .venv/bin/python - <<'P'
+import json, os
+out, round_, first = os.environ["OUT"], os.environ["ROUND"], int(os.environ["FIRST"])
+with open(f"{out}/{round_}.jsonl", "w") as f:
+    for line in open(f"{out}/{round_}-drafts.jsonl"):
+        record = json.loads(line)
+        record["prompt_id"] += 10000  # its own answers: never grouped with a pool prompt
+        f.write(json.dumps(record) + "\n")
+    for line in open(f"{out}/trajectories.jsonl"):
+        if first <= json.loads(line)["prompt_id"] < first + 150:
+            f.write(line)
+P
+  .venv/bin/vllm-cllm train cllm --model $BASE --data "$OUT/$round.jsonl" \
+      --out "$OUT/$round" "${TRAIN[@]}" --seed "$seed" --max-steps 75 \
+      --init-adapter "$OUT/$previous/adapter"
+}
+.venv/bin/vllm-cllm model-path $BASE >/dev/null
+onpolicy_round round3 round2 150 2
+onpolicy_round round4 round3 300 3
+echo "round 4: $OUT/round4/model (adapter: $OUT/round4/adapter)"
