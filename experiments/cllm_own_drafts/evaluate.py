@@ -20,7 +20,7 @@ from typing import Any
 from vllm_cllm.bench.engine_pool import EnginePool
 from vllm_cllm.bench.measure import WARMUP_PROMPT, tokens_per_verify_step
 from vllm_cllm.bench.suite import NGRAM_SPEC, SUFFIX_SPEC
-from vllm_cllm.runtime.checkpoints import model_path
+from vllm_cllm.runtime.checkpoints import model_path, resolve_model
 from vllm_cllm.training.gsm import GSM_EVAL_SEED, chat_prompt, unseen_problems
 from vllm_cllm.training.quality import accuracy, mean_distinct_n, mean_nll
 
@@ -91,8 +91,7 @@ def main() -> None:
 
     configs = ["none"] + [c for c in args.configs.split(",") if c != "none"]
     models = dict(m.split("=", 1) for m in args.model)
-    paths = {label: str(model_path(name)) if not Path(name).exists() else name
-             for label, name in models.items()}
+    paths = {label: resolve_model(name) for label, name in models.items()}
     base = str(model_path("smollm2-135m-instruct"))
     tokenizer = AutoTokenizer.from_pretrained(base)
     chosen = unseen_problems(args.problems, EVAL_SEED, TRAINING_SETS)

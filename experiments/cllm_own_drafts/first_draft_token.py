@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from evaluate import EVAL_SEED, TRAINING_SETS  # the sibling script: the same problems
 
-from vllm_cllm.runtime.checkpoints import model_path
+from vllm_cllm.runtime.checkpoints import model_path, resolve_model
 from vllm_cllm.training.gsm import chat_prompt, unseen_problems
 
 KINDS = ("right", "one slot late", "one slot early", "nearby in the answer", "other")
@@ -76,7 +76,7 @@ def main() -> None:
     problems = unseen_problems(args.problems, EVAL_SEED, TRAINING_SETS)
     results = {}
     for label, name in (m.split("=", 1) for m in args.model):
-        path = name if Path(name).exists() else model_path(name)
+        path = resolve_model(name)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         counts: collections.Counter = collections.Counter()
         tokens = steps = 0

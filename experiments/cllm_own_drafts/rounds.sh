@@ -25,11 +25,8 @@ TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate 3e-4 --epo
 # used (prompt ids kept apart), from the previous round's adapter
 onpolicy_round() {  # round, previous round, first pool prompt, Trainer seed
   local round=$1 previous=$2 first=$3 seed=$4
-  [ -f "$OUT/$previous-merged/config.json" ] || .venv/bin/python -c "
-from pathlib import Path
-from vllm_cllm.runtime.checkpoints import merge_adapter, model_path
-merge_adapter(model_path('$BASE'), Path('$OUT/$previous/adapter'), Path('$OUT/$previous-merged'))"
-  .venv/bin/vllm-cllm train trajectories --model "$OUT/$previous-merged" --num-prompts 150 \
+  # a run leaves its adapter merged into $OUT/$previous/model: vLLM serves it as it is
+  .venv/bin/vllm-cllm train trajectories --model "$OUT/$previous/model" --num-prompts 150 \
       --seed 3 --exclude-eval 40 --block-size 16 --max-new-tokens 256 --mode onpolicy \
       --onpolicy-fill tail --max-states 64 --out "$OUT/$round-drafts.jsonl"
   OUT="$OUT" ROUND="$round" FIRST="$first" .venv/bin/python - <<'P'
@@ -48,7 +45,6 @@ P
       --out "$OUT/$round" "${TRAIN[@]}" --seed "$seed" --max-steps 75 \
       --init-adapter "$OUT/$previous/adapter"
 }
-.venv/bin/vllm-cllm model-path $BASE >/dev/null
 onpolicy_round round3 round2 150 2
 onpolicy_round round4 round3 300 3
 echo "round 4: $OUT/round4/model (adapter: $OUT/round4/adapter)"

@@ -16,7 +16,7 @@ from pathlib import Path
 from evaluate import EVAL_SEED, TRAINING_SETS, prompts  # the sibling script: the same problems
 
 from vllm_cllm.bench.measure import jacobi_tpf
-from vllm_cllm.runtime.checkpoints import model_path
+from vllm_cllm.runtime.checkpoints import model_path, resolve_model
 from vllm_cllm.training.gsm import unseen_problems
 
 
@@ -33,7 +33,7 @@ def main() -> None:
     chosen = unseen_problems(args.problems, EVAL_SEED, TRAINING_SETS)
     rows = []
     for label, name in (m.split("=", 1) for m in args.model):
-        path = name if Path(name).exists() else str(model_path(name))
+        path = resolve_model(name)
         for fmt, instructed in (("instruction", True), ("bare", False)):
             tpf = jacobi_tpf(path, prompts(tokenizer, chosen, instructed), 15, args.max_tokens,
                              "tail")

@@ -199,6 +199,11 @@ BUILDERS: dict[str, Callable[[Path], None]] = {
 }
 
 
+def resolve_model(name_or_path: str) -> str:
+    """A checkpoint name this module builds (its prepared local path) or a model path as is."""
+    return str(model_path(name_or_path)) if name_or_path in BUILDERS else name_or_path
+
+
 def model_path(name: str, *, prepare: bool = True) -> Path:
     """Local directory of checkpoint ``name``, building it first if it is missing.
 

@@ -7,11 +7,7 @@ import json
 from dataclasses import asdict, fields
 from pathlib import Path
 
-
-def _resolve_model(name: str) -> str:
-    from vllm_cllm.runtime.checkpoints import BUILDERS, model_path
-
-    return str(model_path(name)) if name in BUILDERS else name
+from vllm_cllm.runtime.checkpoints import resolve_model
 
 
 def _gsm_prompts(model: str, num_prompts: int, seed: int, exclude_eval: int = 0) -> list[str]:
@@ -40,7 +36,7 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
 
     from vllm_cllm.training.trajectories import write_trajectories
 
-    model = _resolve_model(args.model)
+    model = resolve_model(args.model)
     out = Path(args.out)
     if args.mode == "onpolicy":
         from vllm_cllm.training.onpolicy import write_onpolicy
@@ -78,7 +74,7 @@ def cmd_cllm(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "train_config.json").write_text(json.dumps(
         {"base_model": args.model, "data": args.data, **asdict(config)}, indent=1))
-    print(train_cllm(_resolve_model(args.model), records, out, config))
+    print(train_cllm(resolve_model(args.model), records, out, config))
     return 0
 
 
@@ -87,7 +83,7 @@ def cmd_space(args: argparse.Namespace) -> int:
 
     config = SpaceConfig(**{f.name: getattr(args, f.name) for f in fields(SpaceConfig)
                             if getattr(args, f.name, None) is not None})
-    model = _resolve_model(args.model)
+    model = resolve_model(args.model)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     answers = Path(args.answers) if args.answers else out / "answers.jsonl"
