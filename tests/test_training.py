@@ -81,6 +81,11 @@ def test_records_are_deterministic_and_resumable(tiny, tmp_path):
     records = read_trajectories(path)
     assert [r.prompt_id for r in records] == [0, 0, 0, 1, 1]
     assert records[1].context_ids == prompt + answer[:N]
+    other = tmp_path / "other.jsonl"  # another file's prompt 0 is another prompt
+    write_trajectories(other, items[1:], n=N, mode="noise", seed=5, max_states=2)
+    together = read_trajectories(path, other)
+    assert [r.prompt_id for r in together] == [0, 0, 0, 1, 1, 2, 2]
+    assert [r.states for r in together] == [r.states for r in records + read_trajectories(other)]
 
 
 def test_consistency_loss_is_zero_at_agreement_and_trains_only_the_student():
@@ -156,6 +161,33 @@ def test_margin_hinge_pushes_only_where_the_greedy_token_barely_wins():
     assert hinge.item() == pytest.approx((0.0 + 1.5) / 2)
     hinge.backward()
     assert logits.grad[0, 0].abs().sum() == 0 and logits.grad[0, 1, 2] < 0
+
+
+def test_base_anchored_margin_holds_the_base_models_greedy_token(tiny, tiny_path):
+    """With the base as anchor the hinge scores the base's greedy token on the clean answer
+    (the answer a round trains on may be the drifted model's own, not the base's)."""
+    from transformers import AutoModelForCausalLM
+
+    from vllm_cllm.training.cllm import CllmConfig, cllm_loss, collate, margin_hinge
+    from vllm_cllm.training.packing import pack_prompt
+    from vllm_cllm.training.trainer import with_lora
+
+    _, prompt, greedy = tiny
+    answer = [t + 1 for t in greedy]  # a drifted answer: not the base's greedy tokens
+    batch = collate([pack_prompt(build_records(0, prompt, answer, n=N, mode="noise", seed=3,
+                                               max_states=2))])
+    model = with_lora(AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32), 4, 4)
+    config = {"ar_weight": 1.0, "margin_weight": 1.0, "margin": 50.0}
+    _, anchored = cllm_loss(model, batch, CllmConfig(anchor="base", **config))
+    _, own = cllm_loss(model, batch, CllmConfig(anchor="self", **config))
+    with torch.no_grad():
+        clean = model(input_ids=torch.tensor([prompt + answer])).logits[0]
+    z = clean[len(prompt) - 1:-1]  # the predictions of the answer's tokens
+    expected = margin_hinge(z, z.argmax(-1), 50.0)
+    assert anchored["margin"] == pytest.approx(float(expected), rel=1e-4)
+    assert own["margin"] == pytest.approx(float(margin_hinge(z, torch.tensor(answer), 50.0)),
+                                          rel=1e-4)
+    assert own["margin"] > anchored["margin"]
 
 
 def test_ar_loss_matches_transformers(tiny):
@@ -405,6 +437,16 @@ def test_training_prompts_can_leave_out_questions_the_evaluation_asks():
     assert kept == every[:286] + every[287:]
     with pytest.raises(ValueError, match="evaluation seed"):
         training_problems(10, GSM_EVAL_SEED)
+
+
+def test_a_later_rounds_prompts_follow_the_earlier_ones(smollm2_path):
+    """``--first-prompt`` picks up where an earlier round's prompts end (after the eval
+    exclusion), so rounds never share a prompt."""
+    from vllm_cllm.training.cli import _gsm_prompts
+
+    every = _gsm_prompts(smollm2_path, 6, 3, exclude_eval=40)
+    assert _gsm_prompts(smollm2_path, 2, 3, exclude_eval=40, first=4) == every[4:]
+    assert len(set(every)) == 6
 
 
 def test_the_gsm_benchmark_evaluates_on_problems_never_seen_in_training():

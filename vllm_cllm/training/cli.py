@@ -10,24 +10,26 @@ from pathlib import Path
 from vllm_cllm.runtime.checkpoints import resolve_model
 
 
-def _gsm_prompts(model: str, num_prompts: int, seed: int, exclude_eval: int = 0) -> list[str]:
-    """gsm_symbolic problems of ``seed`` in the model's chat template (see
-    :func:`~vllm_cllm.training.gsm.training_problems` for ``exclude_eval``)."""
+def _gsm_prompts(model: str, num_prompts: int, seed: int, exclude_eval: int = 0,
+                 first: int = 0) -> list[str]:
+    """``num_prompts`` gsm_symbolic problems of ``seed`` from the ``first``-th on, in the model's
+    chat template (see :func:`~vllm_cllm.training.gsm.training_problems` for ``exclude_eval``)."""
     from transformers import AutoTokenizer
 
     from vllm_cllm.training.gsm import chat_prompt, training_problems
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     return [chat_prompt(tokenizer, p["question"])
-            for p in training_problems(num_prompts, seed, exclude_eval)]
+            for p in training_problems(first + num_prompts, seed, exclude_eval)[first:]]
 
 
 def _gsm_answers(model: str, num_prompts: int, seed: int, max_new_tokens: int, cache: Path,
-                 ray_workers: int = 0, exclude_eval: int = 0) -> list[tuple[list[int], list[int]]]:
+                 ray_workers: int = 0, exclude_eval: int = 0, first: int = 0
+                 ) -> list[tuple[list[int], list[int]]]:
     """(prompt_ids, greedy answer_ids) for gsm_symbolic chat prompts of ``seed``, cached."""
     from vllm_cllm.training.answers import generate_answers
 
-    prompts = _gsm_prompts(model, num_prompts, seed, exclude_eval)
+    prompts = _gsm_prompts(model, num_prompts, seed, exclude_eval, first)
     return generate_answers(model, prompts, max_new_tokens, cache, ray_workers=ray_workers)
 
 
@@ -42,7 +44,7 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
         from vllm_cllm.training.onpolicy import write_onpolicy
 
         written = write_onpolicy(out, model, _gsm_prompts(model, args.num_prompts, args.seed,
-                                                          args.exclude_eval),
+                                                          args.exclude_eval, args.first_prompt),
                                  n=args.block_size, k=args.block_size - 1,
                                  max_new_tokens=args.max_new_tokens,
                                  max_per_prompt=args.max_states, seed=args.seed,
@@ -51,7 +53,7 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
         return 0
     items = _gsm_answers(model, args.num_prompts, args.seed, args.max_new_tokens,
                          out.with_name(out.stem + ".answers.jsonl"), args.ray_workers,
-                         args.exclude_eval)
+                         args.exclude_eval, args.first_prompt)
     hf_model = None
     if args.mode == "jacobi":
         import torch
@@ -69,7 +71,7 @@ def cmd_cllm(args: argparse.Namespace) -> int:
 
     config = CllmConfig(**{f.name: getattr(args, f.name) for f in fields(CllmConfig)
                            if getattr(args, f.name, None) is not None})
-    records = read_trajectories(Path(args.data))
+    records = read_trajectories(*(Path(d) for d in args.data))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "train_config.json").write_text(json.dumps(
@@ -133,6 +135,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--out", required=True, help="JSON-lines file (resumable)")
     p.add_argument("--num-prompts", type=int, default=200)
+    p.add_argument("--first-prompt", type=int, default=0, metavar="I",
+                   help="start at the seed's I-th problem (a later round's new prompts)")
     p.add_argument("--seed", type=_training_seed, default=1,
                    help="gsm_symbolic seed (training seeds only)")
     p.add_argument("--block-size", type=int, default=16)
@@ -153,7 +157,9 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
 
     p = tsub.add_parser("cllm", help="consistency distillation on trajectory data")
     p.add_argument("--model", default="smollm2-135m-instruct")
-    p.add_argument("--data", required=True)
+    p.add_argument("--data", required=True, nargs="+", metavar="FILE",
+                   help="trajectory files (`train trajectories`); several train together, "
+                   "each file's prompts kept apart")
     p.add_argument("--out", required=True)
     _add_config_flags(p, CllmConfigDefaults())
     p.set_defaults(func=cmd_cllm)

@@ -47,6 +47,7 @@ class CllmConfig:
     position_decay: float = 1.0  # weight decay**j for the j-th position behind the divergence
     anchor: str = "self"  # teacher: "self" (CLLM's) or "base" (frozen base; see module docs)
     margin_weight: float = 0.0  # hinge on the greedy token's logit margin on the clean answer
+    # (anchor "base": the base model's greedy token there, so the answers stay the base's)
     margin: float = 2.0  # the margin (logits) below which the hinge pushes
     learning_rate: float = 1e-4
     epochs: float = 1.0
@@ -95,17 +96,21 @@ def collate(examples: list[PackedExample], pad_id: int = 0) -> dict[str, torch.T
             "loss_mask": torch.cat([e.loss_mask for e in examples])}
 
 
+def margin_hinge(z: torch.Tensor, target: torch.Tensor, margin: float) -> torch.Tensor:
+    """Mean of relu(margin - (z_target - max other z)) over rows of logits ``z`` [N, V]: zero
+    wherever the target token already wins by ``margin``, so it protects a greedy output at
+    near-ties without pulling on confident positions."""
+    z = z.float()
+    gold = z.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    other = z.scatter(-1, target.unsqueeze(-1), float("-inf")).max(-1).values
+    return torch.relu(margin - (gold - other)).mean()
+
+
 def greedy_margin_hinge(logits: torch.Tensor, labels: torch.Tensor, margin: float
                         ) -> torch.Tensor:
-    """Mean of relu(margin - (z_label - max other z)) over the labelled next-token positions:
-    zero wherever the greedy answer's token already wins by ``margin``, so it protects the
-    greedy output at near-ties without pulling on confident positions."""
-    shifted, target = logits[:, :-1].float(), labels[:, 1:]
-    keep = target != -100
-    z = shifted[keep]
-    gold = z.gather(-1, target[keep].unsqueeze(-1)).squeeze(-1)
-    other = z.scatter(-1, target[keep].unsqueeze(-1), float("-inf")).max(-1).values
-    return torch.relu(margin - (gold - other)).mean()
+    """:func:`margin_hinge` on the labelled next-token positions (the greedy answer's)."""
+    keep = labels[:, 1:] != -100
+    return margin_hinge(logits[:, :-1][keep], labels[:, 1:][keep], margin)
 
 
 def _base_logits(model: Any, batch: dict[str, torch.Tensor], base: Any) -> torch.Tensor:
@@ -148,16 +153,20 @@ def cllm_loss(model: Any, batch: dict[str, torch.Tensor], config: CllmConfig,
         teacher = reference.reshape(-1, reference.shape[-1])[
             (index // row_width) * width + index % row_width]
         answer = batch["labels"][:, 1:width] != -100  # logits at t predict the token t + 1
-        ar = consistency_loss(logits[:, :width - 1][answer], reference[:, :-1][answer],
+        clean = logits[:, :width - 1][answer]
+        ar = consistency_loss(clean, reference[:, :-1][answer],
                               torch.ones(int(answer.sum()), dtype=torch.bool))
+        if config.margin_weight:  # hold the base's greedy token, not the answer's
+            hinge = margin_hinge(clean, reference[:, :-1][answer].argmax(-1), config.margin)
     else:
         teacher = flat[batch["teacher_index"]]
         ar = ar_loss(logits, batch["labels"])
+        if config.margin_weight:
+            hinge = greedy_margin_hinge(logits, batch["labels"], config.margin)
     consistency = consistency_loss(student, teacher, weights)
     total = consistency + config.ar_weight * ar
     parts = {}
     if config.margin_weight:
-        hinge = greedy_margin_hinge(logits, batch["labels"], config.margin)
         total = total + config.margin_weight * hinge
         parts["margin"] = float(hinge.detach())
     with torch.no_grad():

@@ -184,6 +184,14 @@ def write_trajectories(path: Path, items: list[tuple[list[int], list[int]]], *, 
     return written
 
 
-def read_trajectories(path: Path) -> list[TrajectoryRecord]:
-    return [TrajectoryRecord(**json.loads(line)) for line in path.read_text().splitlines()
-            if line.strip()]
+def read_trajectories(*paths: Path) -> list[TrajectoryRecord]:
+    """The records of one or more files; with several, each file's prompts stay apart (prompt
+    ids are renumbered per file, so two files' prompt 0 never pack into one row)."""
+    records = [(i, TrajectoryRecord(**json.loads(line)))
+               for i, path in enumerate(paths) for line in path.read_text().splitlines()
+               if line.strip()]
+    if len(paths) > 1:
+        ids: dict[tuple[int, int], int] = {}
+        for i, r in records:
+            r.prompt_id = ids.setdefault((i, r.prompt_id), len(ids))
+    return [r for _, r in records]
