@@ -78,20 +78,29 @@ def run_pool(path: str, configs: list[str], batch: list[str], max_tokens: int
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def common_arguments(parser: argparse.ArgumentParser, problems: int) -> None:
+    """The flags this script and its siblings share: output, models, problems, length."""
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--model", action="append", required=True, help="label=name-or-path")
-    parser.add_argument("--problems", type=int, default=12)
+    parser.add_argument("--problems", type=int, default=problems)
     parser.add_argument("--max-tokens", type=int, default=256)
+
+
+def model_paths(labelled: list[str]) -> dict[str, str]:
+    """``label=name-or-path`` arguments as {label: local path} (a checkpoint name is built)."""
+    return {label: resolve_model(name) for label, name in (m.split("=", 1) for m in labelled)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    common_arguments(parser, problems=12)
     parser.add_argument("--configs", default="none,tail,default,suffix,ngram",
                         help=f"of {', '.join(CONFIGS)} (none is always run)")
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
     configs = ["none"] + [c for c in args.configs.split(",") if c != "none"]
-    models = dict(m.split("=", 1) for m in args.model)
-    paths = {label: resolve_model(name) for label, name in models.items()}
+    paths = model_paths(args.model)
     base = str(model_path("smollm2-135m-instruct"))
     tokenizer = AutoTokenizer.from_pretrained(base)
     chosen = unseen_problems(args.problems, EVAL_SEED, TRAINING_SETS)

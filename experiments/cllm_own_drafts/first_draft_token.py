@@ -16,9 +16,9 @@ import json
 from pathlib import Path
 
 import torch
-from evaluate import EVAL_SEED, TRAINING_SETS  # the sibling script: the same problems
+from evaluate import EVAL_SEED, TRAINING_SETS, model_paths  # the sibling script: the same problems
 
-from vllm_cllm.runtime.checkpoints import model_path, resolve_model
+from vllm_cllm.runtime.checkpoints import model_path
 from vllm_cllm.training.gsm import chat_prompt, unseen_problems
 
 KINDS = ("right", "one slot late", "one slot early", "nearby in the answer", "other")
@@ -75,8 +75,7 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(model_path("smollm2-135m-instruct"))
     problems = unseen_problems(args.problems, EVAL_SEED, TRAINING_SETS)
     results = {}
-    for label, name in (m.split("=", 1) for m in args.model):
-        path = resolve_model(name)
+    for label, path in model_paths(args.model).items():
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         counts: collections.Counter = collections.Counter()
         tokens = steps = 0

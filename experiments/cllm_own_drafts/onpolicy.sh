@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The recipe on the model's own drafts from the start (README, "On-policy from the base"): each
+# The recipe on the model's own drafts from the start (README, "Own drafts from the first round"): each
 # round records the previous model's pure Jacobi drafts in vLLM on prompts no round used
 # before and trains the adapter further on them; the base model anchors every round (its
 # distribution on the clean answer, and a margin hinge on its greedy token). Resumable: a

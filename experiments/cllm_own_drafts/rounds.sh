@@ -22,26 +22,21 @@ TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate 3e-4 --epo
     --init-adapter "$OUT/round1/trainer/checkpoint-75"
 # rounds 3 and 4: the previous round's own pure Jacobi drafts on 150 prompts (the same
 # prompts each round, new drafts), beside the shifted states of 150 pool prompts not yet
-# used (prompt ids kept apart), from the previous round's adapter
+# used (each file's prompts kept apart), from the previous round's adapter
 onpolicy_round() {  # round, previous round, first pool prompt, Trainer seed
   local round=$1 previous=$2 first=$3 seed=$4
   # a run leaves its adapter merged into $OUT/$previous/model: vLLM serves it as it is
   .venv/bin/vllm-cllm train trajectories --model "$OUT/$previous/model" --num-prompts 150 \
       --seed 3 --exclude-eval 40 --block-size 16 --max-new-tokens 256 --mode onpolicy \
       --onpolicy-fill tail --max-states 64 --out "$OUT/$round-drafts.jsonl"
-  OUT="$OUT" ROUND="$round" FIRST="$first" .venv/bin/python - <<'P'
-import json, os
-out, round_, first = os.environ["OUT"], os.environ["ROUND"], int(os.environ["FIRST"])
-with open(f"{out}/{round_}.jsonl", "w") as f:
-    for line in open(f"{out}/{round_}-drafts.jsonl"):
-        record = json.loads(line)
-        record["prompt_id"] += 10000  # its own answers: never grouped with a pool prompt
-        f.write(json.dumps(record) + "\n")
-    for line in open(f"{out}/trajectories.jsonl"):
-        if first <= json.loads(line)["prompt_id"] < first + 150:
-            f.write(line)
-P
-  .venv/bin/vllm-cllm train cllm --model $BASE --data "$OUT/$round.jsonl" \
+  # the pool's shifted states of prompts [first, first + 150)
+  FIRST=$first .venv/bin/python -c 'import json, os, sys
+first = int(os.environ["FIRST"])
+sys.stdout.writelines(l for l in sys.stdin if first <= json.loads(l)["prompt_id"] < first + 150)' \
+      < "$OUT/trajectories.jsonl" > "$OUT/$round-pool.jsonl"
+  # two files: each one's prompts stay apart (the pool's first, then its own answers)
+  .venv/bin/vllm-cllm train cllm --model $BASE \
+      --data "$OUT/$round-pool.jsonl" "$OUT/$round-drafts.jsonl" \
       --out "$OUT/$round" "${TRAIN[@]}" --seed "$seed" --max-steps 75 \
       --init-adapter "$OUT/$previous/adapter"
 }

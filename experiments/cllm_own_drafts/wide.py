@@ -11,29 +11,30 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
-from evaluate import EVAL_SEED, TRAINING_SETS, prompts  # the sibling script: the same problems
+from evaluate import (  # the sibling script: the same problems and flags
+    EVAL_SEED,
+    TRAINING_SETS,
+    common_arguments,
+    model_paths,
+    prompts,
+)
 
 from vllm_cllm.bench.measure import jacobi_tpf
-from vllm_cllm.runtime.checkpoints import model_path, resolve_model
+from vllm_cllm.runtime.checkpoints import model_path
 from vllm_cllm.training.gsm import unseen_problems
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--model", action="append", required=True, help="label=name-or-path")
-    parser.add_argument("--problems", type=int, default=32)
-    parser.add_argument("--max-tokens", type=int, default=256)
+    common_arguments(parser, problems=32)
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path("smollm2-135m-instruct"))
     chosen = unseen_problems(args.problems, EVAL_SEED, TRAINING_SETS)
     rows = []
-    for label, name in (m.split("=", 1) for m in args.model):
-        path = resolve_model(name)
+    for label, path in model_paths(args.model).items():
         for fmt, instructed in (("instruction", True), ("bare", False)):
             tpf = jacobi_tpf(path, prompts(tokenizer, chosen, instructed), 15, args.max_tokens,
                              "tail")

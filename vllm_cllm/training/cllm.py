@@ -153,11 +153,11 @@ def cllm_loss(model: Any, batch: dict[str, torch.Tensor], config: CllmConfig,
         teacher = reference.reshape(-1, reference.shape[-1])[
             (index // row_width) * width + index % row_width]
         answer = batch["labels"][:, 1:width] != -100  # logits at t predict the token t + 1
-        clean = logits[:, :width - 1][answer]
-        ar = consistency_loss(clean, reference[:, :-1][answer],
+        clean, clean_reference = logits[:, :width - 1][answer], reference[:, :-1][answer]
+        ar = consistency_loss(clean, clean_reference,
                               torch.ones(int(answer.sum()), dtype=torch.bool))
         if config.margin_weight:  # hold the base's greedy token, not the answer's
-            hinge = margin_hinge(clean, reference[:, :-1][answer].argmax(-1), config.margin)
+            hinge = margin_hinge(clean, clean_reference.argmax(-1), config.margin)
     else:
         teacher = flat[batch["teacher_index"]]
         ar = ar_loss(logits, batch["labels"])
