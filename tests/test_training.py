@@ -449,6 +449,25 @@ def test_a_later_rounds_prompts_follow_the_earlier_ones(smollm2_path):
     assert len(set(every)) == 6
 
 
+
+def test_both_prompt_formats_alternate_and_a_later_round_keeps_the_alternation(smollm2_path):
+    """``--prompt-format both``: even problems of the seed carry the recipe's instruction, odd
+    ones are the bare question (what users send), counted from the seed's start so that a
+    round starting at ``--first-prompt`` phrases each problem as the first round did."""
+    from vllm_cllm.training.cli import _gsm_prompts
+    from vllm_cllm.training.gsm import INSTRUCTION, format_prompts
+
+    both = _gsm_prompts(smollm2_path, 4, 3, exclude_eval=40, prompt_format="both")
+    assert [INSTRUCTION in p for p in both] == [True, False, True, False]
+    instructed = _gsm_prompts(smollm2_path, 4, 3, exclude_eval=40)
+    bare = _gsm_prompts(smollm2_path, 4, 3, exclude_eval=40, prompt_format="bare")
+    assert both == [instructed[0], bare[1], instructed[2], bare[3]]
+    assert not any(INSTRUCTION in p for p in bare)
+    later = _gsm_prompts(smollm2_path, 2, 3, exclude_eval=40, first=1, prompt_format="both")
+    assert later == both[1:3]
+    with pytest.raises(ValueError, match="prompt format"):
+        format_prompts(None, ["q"], "instructed")
+
 def test_the_gsm_benchmark_evaluates_on_problems_never_seen_in_training():
     """The demos' training prompts (seed 1, 400) hold seed 1000's 34th question; the benchmark
     takes the first 40 of seed 1000 without it, i.e. the 41st in its place."""

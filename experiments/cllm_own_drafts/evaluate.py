@@ -35,11 +35,7 @@ TRAINING_SETS = ((1, 1000), (3, 800))
 
 
 def prompts(tokenizer, chosen: list[dict], instructed: bool) -> list[str]:
-    if instructed:
-        return [chat_prompt(tokenizer, p["question"]) for p in chosen]
-    return [tokenizer.apply_chat_template([{"role": "user", "content": p["question"]}],
-                                          tokenize=False, add_generation_prompt=True)
-            for p in chosen]
+    return [chat_prompt(tokenizer, p["question"], instructed) for p in chosen]
 
 
 def quality(base: str, tokenizer, batch: list[str], answers: list[list[int]],

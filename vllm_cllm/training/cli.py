@@ -11,25 +11,26 @@ from vllm_cllm.runtime.checkpoints import resolve_model
 
 
 def _gsm_prompts(model: str, num_prompts: int, seed: int, exclude_eval: int = 0,
-                 first: int = 0) -> list[str]:
+                 first: int = 0, prompt_format: str = "instruction") -> list[str]:
     """``num_prompts`` gsm_symbolic problems of ``seed`` from the ``first``-th on, in the model's
-    chat template (see :func:`~vllm_cllm.training.gsm.training_problems` for ``exclude_eval``)."""
+    chat template (see :func:`~vllm_cllm.training.gsm.training_problems` for ``exclude_eval``
+    and :func:`~vllm_cllm.training.gsm.format_prompts` for ``prompt_format``)."""
     from transformers import AutoTokenizer
 
-    from vllm_cllm.training.gsm import chat_prompt, training_problems
+    from vllm_cllm.training.gsm import format_prompts, training_problems
 
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    return [chat_prompt(tokenizer, p["question"])
-            for p in training_problems(first + num_prompts, seed, exclude_eval)[first:]]
+    questions = [p["question"]
+                 for p in training_problems(first + num_prompts, seed, exclude_eval)[first:]]
+    return format_prompts(AutoTokenizer.from_pretrained(model), questions, prompt_format, first)
 
 
 def _gsm_answers(model: str, num_prompts: int, seed: int, max_new_tokens: int, cache: Path,
-                 ray_workers: int = 0, exclude_eval: int = 0, first: int = 0
-                 ) -> list[tuple[list[int], list[int]]]:
+                 ray_workers: int = 0, exclude_eval: int = 0, first: int = 0,
+                 prompt_format: str = "instruction") -> list[tuple[list[int], list[int]]]:
     """(prompt_ids, greedy answer_ids) for gsm_symbolic chat prompts of ``seed``, cached."""
     from vllm_cllm.training.answers import generate_answers
 
-    prompts = _gsm_prompts(model, num_prompts, seed, exclude_eval, first)
+    prompts = _gsm_prompts(model, num_prompts, seed, exclude_eval, first, prompt_format)
     return generate_answers(model, prompts, max_new_tokens, cache, ray_workers=ray_workers)
 
 
@@ -44,7 +45,8 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
         from vllm_cllm.training.onpolicy import write_onpolicy
 
         written = write_onpolicy(out, model, _gsm_prompts(model, args.num_prompts, args.seed,
-                                                          args.exclude_eval, args.first_prompt),
+                                                          args.exclude_eval, args.first_prompt,
+                                                          args.prompt_format),
                                  n=args.block_size, k=args.block_size - 1,
                                  max_new_tokens=args.max_new_tokens,
                                  max_per_prompt=args.max_states, seed=args.seed,
@@ -53,7 +55,7 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
         return 0
     items = _gsm_answers(model, args.num_prompts, args.seed, args.max_new_tokens,
                          out.with_name(out.stem + ".answers.jsonl"), args.ray_workers,
-                         args.exclude_eval, args.first_prompt)
+                         args.exclude_eval, args.first_prompt, args.prompt_format)
     hf_model = None
     if args.mode == "jacobi":
         import torch
@@ -128,6 +130,8 @@ def _add_exclude_eval(parser: argparse.ArgumentParser) -> None:
 
 
 def add_train_parser(sub: argparse._SubParsersAction) -> None:
+    from vllm_cllm.training.gsm import PROMPT_FORMATS
+
     train = sub.add_parser("train", help="make training data and train checkpoints")
     tsub = train.add_subparsers(dest="train_command", required=True)
 
@@ -139,6 +143,9 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                    help="start at the seed's I-th problem (a later round's new prompts)")
     p.add_argument("--seed", type=_training_seed, default=1,
                    help="gsm_symbolic seed (training seeds only)")
+    p.add_argument("--prompt-format", choices=PROMPT_FORMATS,
+                   default="instruction", help="the question with the recipes' instruction, "
+                   "bare (as users ask), or both alternating (even problems instructed)")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--mode", choices=["noise", "shifted", "jacobi", "onpolicy"], default="noise",

@@ -55,10 +55,28 @@ def unseen_problems(count: int, seed: int, trained_on: Iterable[tuple[int, int]]
         size += count - len(unseen)
 
 
-def chat_prompt(tokenizer: Any, question: str) -> str:
-    return tokenizer.apply_chat_template(
-        [{"role": "user", "content": f"{question}\n{INSTRUCTION}"}], tokenize=False,
-        add_generation_prompt=True)
+#: how a training prompt is phrased: with the recipes' instruction, the bare question (as
+#: users ask), or the two alternating from problem to problem
+PROMPT_FORMATS = ("instruction", "bare", "both")
+
+
+def chat_prompt(tokenizer: Any, question: str, instructed: bool = True) -> str:
+    """The question in the model's chat template, with :data:`INSTRUCTION` or bare."""
+    content = f"{question}\n{INSTRUCTION}" if instructed else question
+    return tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
+                                         add_generation_prompt=True)
+
+
+def format_prompts(tokenizer: Any, questions: list[str], prompt_format: str = "instruction",
+                   first: int = 0) -> list[str]:
+    """Chat prompts in one of :data:`PROMPT_FORMATS`; with ``both`` the seed's even-numbered
+    problems (counting from ``first``'s place in the seed) carry the instruction and the odd
+    ones are bare, so a later round's slice keeps the alternation."""
+    if prompt_format not in PROMPT_FORMATS:
+        raise ValueError(f"prompt format must be one of {PROMPT_FORMATS}; got {prompt_format!r}")
+    return [chat_prompt(tokenizer, q, prompt_format == "instruction"
+                        or (prompt_format == "both" and (first + i) % 2 == 0))
+            for i, q in enumerate(questions)]
 
 
 def final_answer(text: str) -> str | None:
