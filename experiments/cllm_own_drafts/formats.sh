@@ -16,10 +16,7 @@ TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate 3e-4 --epo
        --logging-steps 5)
 mkdir -p "$OUT"
 pool_slice() {  # the pool's shifted states of prompts [$1, $2)
-  FIRST=$1 END=$2 .venv/bin/python -c 'import json, os, sys
-first, end = int(os.environ["FIRST"]), int(os.environ["END"])
-sys.stdout.writelines(l for l in sys.stdin if first <= json.loads(l)["prompt_id"] < end)' \
-      < "$OUT/pool.jsonl"
+  .venv/bin/python experiments/cllm_own_drafts/pool_slice.py "$1" "$2" < "$OUT/pool.jsonl"
 }
 if [[ ! -e "$OUT/round1/model/config.json" ]]; then
   .venv/bin/vllm-cllm train trajectories --model $BASE --num-prompts 450 "${DATA[@]}" \

@@ -30,9 +30,7 @@ onpolicy_round() {  # round, previous round, first pool prompt, Trainer seed
       --seed 3 --exclude-eval 40 --block-size 16 --max-new-tokens 256 --mode onpolicy \
       --onpolicy-fill tail --max-states 64 --out "$OUT/$round-drafts.jsonl"
   # the pool's shifted states of prompts [first, first + 150)
-  FIRST=$first .venv/bin/python -c 'import json, os, sys
-first = int(os.environ["FIRST"])
-sys.stdout.writelines(l for l in sys.stdin if first <= json.loads(l)["prompt_id"] < first + 150)' \
+  .venv/bin/python experiments/cllm_own_drafts/pool_slice.py "$first" $((first + 150)) \
       < "$OUT/trajectories.jsonl" > "$OUT/$round-pool.jsonl"
   # two files: each one's prompts stay apart (the pool's first, then its own answers)
   .venv/bin/vllm-cllm train cllm --model $BASE \
