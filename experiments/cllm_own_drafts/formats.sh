@@ -4,15 +4,16 @@
 # to the bare question anchor training too. Round 1: shifted states of the base's greedy answers
 # on 300 prompts of seed 3; rounds 2 and 3: the previous model's own pure Jacobi drafts on 150
 # prompts (the same prompts each round, new drafts), round 2 beside the shifted states of 150
-# pool prompts not yet used. Every step resumes where it stopped.
-#   experiments/cllm_own_drafts/formats.sh [LAST_ROUND]
+# pool prompts not yet used. Every step resumes where it stopped. AR_WEIGHT sets ω (the hold of
+# the base model's distribution on the clean answers; README, "A stronger hold").
+#   [OUT=DIR] [AR_WEIGHT=5] experiments/cllm_own_drafts/formats.sh [LAST_ROUND]
 set -euo pipefail
 OUT=${OUT:-results/cllm-formats}
 BASE=smollm2-135m-instruct
 LAST=${1:-3}
 DATA=(--seed 3 --exclude-eval 40 --block-size 16 --max-new-tokens 256 --prompt-format both)
 TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate 3e-4 --epochs 1
-       --grad-accum 4 --ar-weight 5.0 --anchor base --consistency-window 2 --save-steps 25
+       --grad-accum 4 --ar-weight "${AR_WEIGHT:-5.0}" --anchor base --consistency-window 2 --save-steps 25
        --logging-steps 5)
 mkdir -p "$OUT"
 pool_slice() {  # the pool's shifted states of prompts [$1, $2)

@@ -1,7 +1,9 @@
 """Pure Jacobi tokens per verify step on more problems than the lock-step evaluation: every
 model's ``fill: tail`` drafting (k 15) on N unseen problems at once, with the recipe's
 instruction and with the bare question (drafting is per request, so the figure does not
-depend on the batch; steps are counted, not timed).
+depend on the batch; steps are counted, not timed). Pure Jacobi is lossless, so its answers
+are the model's greedy ones: their quality (:func:`evaluate.quality`, plus the share that
+runs to the token limit) is reported beside it.
 
     .venv/bin/python experiments/cllm_own_drafts/wide.py --out results/own_drafts_wide \\
         --model base=smollm2-135m-instruct --model demo=smollm2-135m-cllm-gsm --problems 32
@@ -18,9 +20,10 @@ from evaluate import (  # the sibling script: the same problems and flags
     common_arguments,
     model_paths,
     prompts,
+    quality,
 )
 
-from vllm_cllm.bench.measure import jacobi_tpf
+from vllm_cllm.bench.measure import measure_in_subprocess
 from vllm_cllm.runtime.checkpoints import model_path
 from vllm_cllm.training.gsm import unseen_problems
 
@@ -31,23 +34,32 @@ def main() -> None:
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_path("smollm2-135m-instruct"))
+    base = model_path("smollm2-135m-instruct")
+    tokenizer = AutoTokenizer.from_pretrained(base)
     chosen = unseen_problems(args.problems, EVAL_SEED, TRAINING_SETS)
+    spec = {"method": "jacobi", "num_speculative_tokens": 15, "adaptive": False, "fill": "tail"}
     rows = []
     for label, path in model_paths(args.model).items():
         for fmt, instructed in (("instruction", True), ("bare", False)):
-            tpf = jacobi_tpf(path, prompts(tokenizer, chosen, instructed), 15, args.max_tokens,
-                             "tail")
-            rows.append({"model": label, "prompt": fmt, "tokens_per_verify_step": tpf})
-            print(f"{label} {fmt} {tpf:.2f}", flush=True)
+            batch = prompts(tokenizer, chosen, instructed)
+            run = measure_in_subprocess(path, spec, {len(batch): batch}, args.max_tokens)[0]
+            answers = run["tokens"]
+            rows.append({"model": label, "prompt": fmt,
+                         "tokens_per_verify_step": run["tokens_per_verify_step"],
+                         **quality(base, tokenizer, batch, answers, chosen),
+                         "at_limit": sum(len(a) >= args.max_tokens for a in answers)
+                         / len(answers)})
+            print(json.dumps(rows[-1]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "wide.json").write_text(json.dumps(
         {"problems": args.problems, "seed": EVAL_SEED, "k": 15, "fill": "tail",
          "max_tokens": args.max_tokens, "rows": rows}, indent=1))
-    table = ["| model | instruction | bare question |", "|---|---:|---:|"]
-    for label in dict.fromkeys(r["model"] for r in rows):
-        got = {r["prompt"]: r["tokens_per_verify_step"] for r in rows if r["model"] == label}
-        table.append(f"| {label} | {got['instruction']:.2f} | {got['bare']:.2f} |")
+    table = ["| model | prompt | pure Jacobi | distinct-4 | NLL under base | answer tokens "
+             "| at the limit | accuracy |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        table.append(f"| {r['model']} | {r['prompt']} | {r['tokens_per_verify_step']:.2f} | "
+                     f"{r['distinct_4']:.3f} | {r['nll_under_base']:.3f} | "
+                     f"{r['answer_tokens']:.0f} | {r['at_limit']:.0%} | {r['accuracy']:.0%} |")
     (args.out / "table.md").write_text("\n".join(table) + "\n")
     print("\n".join(table))
 
