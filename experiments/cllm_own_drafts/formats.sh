@@ -13,8 +13,8 @@ BASE=smollm2-135m-instruct
 LAST=${1:-3}
 DATA=(--seed 3 --exclude-eval 40 --block-size 16 --max-new-tokens 256 --prompt-format both)
 TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate 3e-4 --epochs 1
-       --grad-accum 4 --ar-weight "${AR_WEIGHT:-5.0}" --anchor base --consistency-window 2 --save-steps 25
-       --logging-steps 5)
+       --grad-accum 4 --ar-weight "${AR_WEIGHT:-5.0}" --anchor base --consistency-window 2
+       --save-steps 25 --logging-steps 5)
 mkdir -p "$OUT"
 pool_slice() {  # the pool's shifted states of prompts [$1, $2)
   .venv/bin/python experiments/cllm_own_drafts/pool_slice.py "$1" "$2" < "$OUT/pool.jsonl"

@@ -1,7 +1,8 @@
 """Pure Jacobi tokens per verify step on more problems than the lock-step evaluation: every
 model's ``fill: tail`` drafting (k 15) on N unseen problems at once, with the recipe's
 instruction and with the bare question (drafting is per request, so the figure does not
-depend on the batch; steps are counted, not timed). Pure Jacobi is lossless, so its answers
+depend on the batch; steps are counted, not timed, and each request's prefill step is left
+out as in the lock-step evaluation). Pure Jacobi is lossless, so its answers
 are the model's greedy ones: their quality (:func:`evaluate.quality`, plus the share that
 runs to the token limit) is reported beside it.
 
