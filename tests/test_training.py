@@ -449,7 +449,6 @@ def test_a_later_rounds_prompts_follow_the_earlier_ones(smollm2_path):
     assert len(set(every)) == 6
 
 
-
 def test_both_prompt_formats_alternate_and_a_later_round_keeps_the_alternation(smollm2_path):
     """``--prompt-format both``: even problems of the seed carry the recipe's instruction, odd
     ones are the bare question (what users send), counted from the seed's start so that a
@@ -467,6 +466,7 @@ def test_both_prompt_formats_alternate_and_a_later_round_keeps_the_alternation(s
     assert later == both[1:3]
     with pytest.raises(ValueError, match="prompt format"):
         format_prompts(None, ["q"], "instructed")
+
 
 def test_the_gsm_benchmark_evaluates_on_problems_never_seen_in_training():
     """The demos' training prompts (seed 1, 400) hold seed 1000's 34th question; the benchmark

@@ -24,7 +24,7 @@ from evaluate import (  # the sibling script: the same problems and flags
     quality,
 )
 
-from vllm_cllm.bench.measure import measure_in_subprocess
+from vllm_cllm.bench.measure import jacobi_row
 from vllm_cllm.runtime.checkpoints import model_path
 from vllm_cllm.training.gsm import unseen_problems
 
@@ -38,12 +38,11 @@ def main() -> None:
     base = model_path("smollm2-135m-instruct")
     tokenizer = AutoTokenizer.from_pretrained(base)
     chosen = unseen_problems(args.problems, EVAL_SEED, TRAINING_SETS)
-    spec = {"method": "jacobi", "num_speculative_tokens": 15, "adaptive": False, "fill": "tail"}
     rows = []
     for label, path in model_paths(args.model).items():
         for fmt, instructed in (("instruction", True), ("bare", False)):
             batch = prompts(tokenizer, chosen, instructed)
-            run = measure_in_subprocess(path, spec, {len(batch): batch}, args.max_tokens)[0]
+            run = jacobi_row(path, batch, 15, args.max_tokens, "tail")
             answers = run["tokens"]
             rows.append({"model": label, "prompt": fmt,
                          "tokens_per_verify_step": run["tokens_per_verify_step"],

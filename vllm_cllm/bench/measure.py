@@ -192,13 +192,18 @@ def speedup_bars(ax: Any, labels: list[str], speedups: list[float], title: str) 
     ax.invert_yaxis()
 
 
+def jacobi_row(model: str, prompts: list[str], k: int, max_tokens: int,
+               fill: str = "hybrid") -> dict[str, Any]:
+    """The measured row (:func:`measured_row`, answers included) of ``model`` with ``jacobi``
+    drafting k tokens with ``fill``, all prompts in one batch; "tail" is pure Jacobi."""
+    spec = {"method": "jacobi", "num_speculative_tokens": k, "adaptive": False, "fill": fill}
+    return measure_in_subprocess(model, spec, {len(prompts): prompts}, max_tokens)[0]
+
+
 def jacobi_tpf(model: str, prompts: list[str], k: int, max_tokens: int,
                fill: str = "hybrid") -> float:
-    """Tokens per step of ``model`` with ``jacobi`` drafting k tokens with ``fill`` (all
-    prompts in one batch), steps counted; ``fill`` "tail" is pure Jacobi decoding."""
-    spec = {"method": "jacobi", "num_speculative_tokens": k, "adaptive": False, "fill": fill}
-    row = measure_in_subprocess(model, spec, {len(prompts): prompts}, max_tokens)[0]
-    return row["tokens_per_step"]
+    """Tokens per step of :func:`jacobi_row`, steps counted."""
+    return jacobi_row(model, prompts, k, max_tokens, fill)["tokens_per_step"]
 
 
 def main() -> int:
