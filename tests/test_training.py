@@ -121,8 +121,9 @@ def test_position_weights_decay_behind_the_first_wrong_token():
 def test_base_anchor_teaches_the_untrained_model_its_own_clean_output(tiny, tiny_path,
                                                                        lora_rank):
     """Before training, the frozen base's teacher equals the model's own clean output: the AR
-    anchor (KL to the base on the clean answer) is zero and both anchors give the same
-    consistency loss; the gradient reaches the student only."""
+    anchor (KL to the base on the clean answer) is zero, every clean greedy token is the
+    base's, and both anchors give the same consistency loss; the gradient reaches the student
+    only."""
     from transformers import AutoModelForCausalLM
 
     from vllm_cllm.training.cllm import CllmConfig, cllm_loss, collate
@@ -142,6 +143,7 @@ def test_base_anchor_teaches_the_untrained_model_its_own_clean_output(tiny, tiny
     anchored, parts = cllm_loss(model, batch, CllmConfig(anchor="base", ar_weight=1.0), base)
     _, own = cllm_loss(model, batch, CllmConfig(anchor="self", ar_weight=1.0))
     assert parts["ar"] == pytest.approx(0.0, abs=1e-5)
+    assert parts["greedy_agreement"] == 1.0 and "greedy_agreement" not in own
     assert parts["consistency"] == pytest.approx(own["consistency"], rel=1e-4)
     assert parts["consistency"] > 0
     anchored.backward()

@@ -24,21 +24,31 @@ from vllm_cllm.training.gsm import chat_prompt, unseen_problems
 KINDS = ("right", "one slot late", "one slot early", "nearby in the answer", "other")
 
 
-def replay(model, prompt_ids: list[int], k: int, max_tokens: int, realign: bool = False
+def replay(model, prompt_ids: list[int], k: int, max_tokens: int, realign: bool = False,
+           reference: list[int] | None = None
            ) -> tuple[list[int], list[tuple[int, list[int]]], int]:
-    """Greedy answer, (answer index of the draft's first slot, draft) per step, verify steps."""
+    """Greedy answer, (answer index of the draft's first slot, draft) per step, verify steps.
+
+    ``reference``: verify against this text instead of the model's own greedy tokens (the
+    model still drafts): how well its drafts predict a fixed answer, e.g. the base model's.
+    """
     with torch.no_grad():
         out = model(torch.tensor([prompt_ids]), use_cache=True)
-        cache, last = out.past_key_values, int(out.logits[0, -1].argmax())
+        cache = out.past_key_values
+        last = int(out.logits[0, -1].argmax()) if reference is None else reference[0]
         answer, drafts, steps = [last], [], 0
         draft = prompt_ids[-k:]  # no tail before the first step: context tokens
-        while len(answer) < max_tokens and last != model.config.eos_token_id:
+        limit = max_tokens if reference is None else len(reference)
+        while len(answer) < limit and (reference is not None
+                                       or last != model.config.eos_token_id):
             pred = model(torch.tensor([[last] + draft]), past_key_values=cache,
                          use_cache=True).logits[0].argmax(-1).tolist()
+            target = pred if reference is None else reference[len(answer):len(answer) + k + 1]
             accepted = 0
-            while accepted < k and draft[accepted] == pred[accepted]:
+            while (accepted < min(k, len(target) - 1)
+                   and draft[accepted] == target[accepted]):
                 accepted += 1
-            committed = pred[:accepted + 1]
+            committed = target[:accepted + 1]
             cache.crop(cache.get_seq_length() - (k + 1) + len(committed))
             answer += committed
             last, steps = committed[-1], steps + 1

@@ -158,6 +158,8 @@ def cllm_loss(model: Any, batch: dict[str, torch.Tensor], config: CllmConfig,
                               torch.ones(int(answer.sum()), dtype=torch.bool))
         if config.margin_weight:  # hold the base's greedy token, not the answer's
             hinge = margin_hinge(clean, clean_reference.argmax(-1), config.margin)
+        with torch.no_grad():  # the share of clean positions whose greedy token is the base's
+            agreement = (clean.argmax(-1) == clean_reference.argmax(-1)).float().mean()
     else:
         teacher = flat[batch["teacher_index"]]
         ar = ar_loss(logits, batch["labels"])
@@ -165,7 +167,7 @@ def cllm_loss(model: Any, batch: dict[str, torch.Tensor], config: CllmConfig,
             hinge = greedy_margin_hinge(logits, batch["labels"], config.margin)
     consistency = consistency_loss(student, teacher, weights)
     total = consistency + config.ar_weight * ar
-    parts = {}
+    parts = {"greedy_agreement": float(agreement)} if config.anchor == "base" else {}
     if config.margin_weight:
         total = total + config.margin_weight * hinge
         parts["margin"] = float(hinge.detach())

@@ -1,0 +1,73 @@
+"""Drafting skill apart from what a model says: each model's pure Jacobi drafts (``fill:
+tail``, k 15, replayed in transformers) verified against the *base model's* greedy answer
+instead of its own (``--own``: beside the same replay on its own answer). A model whose
+answers drift into loops drafts its own text more easily; on the base's text only what it
+learned to predict counts.
+
+    .venv/bin/python experiments/cllm_own_drafts/fixed_text.py --problems 24 \\
+        --model base=smollm2-135m-instruct --model demo=smollm2-135m-cllm-gsm
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from evaluate import EVAL_SEED, TRAINING_SETS, model_paths, prompts  # the same problems
+from first_draft_token import replay
+from tqdm import tqdm
+
+from vllm_cllm.runtime.checkpoints import model_path
+from vllm_cllm.training.gsm import unseen_problems
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", action="append", required=True, help="label=name-or-path")
+    parser.add_argument("--problems", type=int, default=24)
+    parser.add_argument("--k", type=int, default=15)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--own", action="store_true",
+                        help="also replay each model on its own answer (twice the time)")
+    parser.add_argument("--out", type=Path, required=True, help="writes fixed_text.json here")
+    args = parser.parse_args()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base_path = model_path("smollm2-135m-instruct")
+    tokenizer = AutoTokenizer.from_pretrained(base_path)
+    chosen = unseen_problems(args.problems, EVAL_SEED, TRAINING_SETS)
+    formats = {"instruction": True, "bare": False}
+    ids = {fmt: tokenizer(prompts(tokenizer, chosen, instructed), add_special_tokens=False
+                          ).input_ids for fmt, instructed in formats.items()}
+
+    def load(path: str):
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+    base = load(base_path)
+    reference = {fmt: [replay(base, p, args.k, args.max_tokens)[0]
+                       for p in tqdm(ids[fmt], desc=f"base answers, {fmt}")] for fmt in formats}
+    rows = []
+    for label, path in model_paths(args.model).items():
+        model = load(path)
+        for fmt in formats:
+            own, base_text = [0, 0], [0, 0]  # [tokens, verify steps]
+            for p, answer in tqdm(list(zip(ids[fmt], reference[fmt], strict=True)),
+                                  desc=f"{label}, {fmt}"):
+                for counts, text in ((own, None), (base_text, answer))[not args.own:]:
+                    committed, _, steps = replay(model, p, args.k, args.max_tokens,
+                                                 reference=text)
+                    counts[0] += len(committed) - 1  # the prefill's token is not drafted
+                    counts[1] += steps
+            rows.append({"model": label, "prompt": fmt, "base_answer": base_text[0] / base_text[1],
+                         **({"own_answer": own[0] / own[1]} if args.own else {})})
+            print(json.dumps(rows[-1]), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "fixed_text.json").write_text(json.dumps(
+        {"problems": args.problems, "seed": EVAL_SEED, "k": args.k, "fill": "tail",
+         "max_tokens": args.max_tokens, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
