@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 import torch
-from evaluate import EVAL_SEED, TRAINING_SETS, model_paths, prompts  # the same problems
+from evaluate import (  # the sibling script: the same problems and flags
+    EVAL_SEED,
+    TRAINING_SETS,
+    common_arguments,
+    model_paths,
+    prompts,
+)
 from first_draft_token import replay
 from tqdm import tqdm
 
@@ -25,13 +30,10 @@ from vllm_cllm.training.gsm import unseen_problems
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", action="append", required=True, help="label=name-or-path")
-    parser.add_argument("--problems", type=int, default=24)
+    common_arguments(parser, problems=24)
     parser.add_argument("--k", type=int, default=15)
-    parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--own", action="store_true",
                         help="also replay each model on its own answer (twice the time)")
-    parser.add_argument("--out", type=Path, required=True, help="writes fixed_text.json here")
     args = parser.parse_args()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -55,7 +57,8 @@ def main() -> None:
             own, base_text = [0, 0], [0, 0]  # [tokens, verify steps]
             for p, answer in tqdm(list(zip(ids[fmt], reference[fmt], strict=True)),
                                   desc=f"{label}, {fmt}"):
-                for counts, text in ((own, None), (base_text, answer))[not args.own:]:
+                replays = [(base_text, answer)] + ([(own, None)] if args.own else [])
+                for counts, text in replays:
                     committed, _, steps = replay(model, p, args.k, args.max_tokens,
                                                  reference=text)
                     counts[0] += len(committed) - 1  # the prefill's token is not drafted

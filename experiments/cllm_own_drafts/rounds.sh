@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The recipe in rounds of experiments/cllm_own_drafts (README, "Rounds"): shifted states, a
 # second round with the learning rate restarted, then rounds on the model's own pure Jacobi
-# drafts. Every step resumes where it stopped; OUT holds everything but the artifact.
+# drafts; `rounds.sh held` adds a fifth round on round 4's drafts with ω 20 (README, "A held
+# round after the rounds"). Every step resumes where it stopped; OUT holds everything but the
+# artifact.
+#   [OUT=DIR] experiments/cllm_own_drafts/rounds.sh [held]
 set -euo pipefail
 OUT=${OUT:-results/cllm-rounds}
 BASE=smollm2-135m-instruct
@@ -23,8 +26,9 @@ TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate 3e-4 --epo
 # rounds 3 and 4: the previous round's own pure Jacobi drafts on 150 prompts (the same
 # prompts each round, new drafts), beside the shifted states of 150 pool prompts not yet
 # used (each file's prompts kept apart), from the previous round's adapter
-onpolicy_round() {  # round, previous round, first pool prompt, Trainer seed
+onpolicy_round() {  # round, previous round, first pool prompt, Trainer seed, [training flags]
   local round=$1 previous=$2 first=$3 seed=$4
+  shift 4  # the rest overrides the shared training flags (a later flag wins)
   # a run leaves its adapter merged into $OUT/$previous/model: vLLM serves it as it is
   .venv/bin/vllm-cllm train trajectories --model "$OUT/$previous/model" --num-prompts 150 \
       --seed 3 --exclude-eval 40 --block-size 16 --max-new-tokens 256 --mode onpolicy \
@@ -36,8 +40,12 @@ onpolicy_round() {  # round, previous round, first pool prompt, Trainer seed
   .venv/bin/vllm-cllm train cllm --model $BASE \
       --data "$OUT/$round-pool.jsonl" "$OUT/$round-drafts.jsonl" \
       --out "$OUT/$round" "${TRAIN[@]}" --seed "$seed" --max-steps 75 \
-      --init-adapter "$OUT/$previous/adapter"
+      --init-adapter "$OUT/$previous/adapter" "$@"
 }
 onpolicy_round round3 round2 150 2
 onpolicy_round round4 round3 300 3
 echo "round 4: $OUT/round4/model (adapter: $OUT/round4/adapter)"
+if [[ "${1:-}" == held ]]; then  # the answers pulled back to the base's, the drafts kept
+  onpolicy_round round5 round4 450 4 --ar-weight 20
+  echo "round 5: $OUT/round5/model (adapter: $OUT/round5/adapter)"
+fi
