@@ -165,6 +165,26 @@ def test_margin_hinge_pushes_only_where_the_greedy_token_barely_wins():
     assert logits.grad[0, 0].abs().sum() == 0 and logits.grad[0, 1, 2] < 0
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_base_anchored_loss_on_the_gpu_equals_the_cpu_one(tiny, tiny_path):
+    """Every tensor the base-anchored loss builds lives on the model's device: on CUDA it
+    gives the CPU's loss parts."""
+    from transformers import AutoModelForCausalLM
+
+    from vllm_cllm.training.cllm import CllmConfig, cllm_loss, collate
+    from vllm_cllm.training.packing import pack_prompt
+    from vllm_cllm.training.trainer import with_lora
+
+    _, prompt, answer = tiny
+    batch = collate([pack_prompt(build_records(0, prompt, answer, n=N, mode="noise", seed=3,
+                                               max_states=2))])
+    model = with_lora(AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32), 4, 4)
+    config = CllmConfig(anchor="base", ar_weight=1.0)
+    _, on_cpu = cllm_loss(model, batch, config)
+    _, on_gpu = cllm_loss(model.cuda(), {k: v.cuda() for k, v in batch.items()}, config)
+    assert on_gpu == pytest.approx(on_cpu, rel=1e-3, abs=1e-5)
+
+
 def test_base_anchored_margin_holds_the_base_models_greedy_token(tiny, tiny_path):
     """With the base as anchor the hinge scores the base's greedy token on the clean answer
     (the answer a round trains on may be the drifted model's own, not the base's)."""
@@ -503,3 +523,25 @@ def test_training_on_the_evaluation_seed_is_refused_before_anything_runs(command
     assert exit_info.value.code == 2
     assert "1000 is the evaluation seed" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_precision_and_data_workers_reach_the_trainer(tmp_path):
+    """``precision`` and ``data_workers`` become the Trainer's mixed precision and DataLoader
+    workers; an unknown precision is refused by the CLI parser and by the recipe."""
+    import argparse
+
+    from vllm_cllm.training.cli import add_train_parser
+    from vllm_cllm.training.cllm import CllmConfig
+    from vllm_cllm.training.trainer import training_arguments
+
+    args = training_arguments(tmp_path, CllmConfig(data_workers=2))
+    assert args.dataloader_num_workers == 2 and not args.bf16
+    with pytest.raises(ValueError, match="precision"):
+        training_arguments(tmp_path, CllmConfig(precision="fp16"))
+    parser = argparse.ArgumentParser()
+    add_train_parser(parser.add_subparsers())
+    flags = ["train", "cllm", "--data", "d.jsonl", "--out", str(tmp_path)]
+    parsed = parser.parse_args(flags + ["--precision", "bf16", "--data-workers", "3"])
+    assert (parsed.precision, parsed.data_workers) == ("bf16", 3)
+    with pytest.raises(SystemExit):
+        parser.parse_args(flags + ["--precision", "fp16"])

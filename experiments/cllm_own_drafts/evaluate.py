@@ -31,7 +31,7 @@ CONFIGS = {"none": None, "tail": TAIL, "default": DEFAULT, "suffix": SUFFIX_SPEC
            "ngram": NGRAM_SPEC, "space": SPACE}
 EVAL_SEED = GSM_EVAL_SEED + 7
 #: (seed, count) of every training set the evaluated checkpoints saw
-TRAINING_SETS = ((1, 1000), (3, 800))
+TRAINING_SETS = ((1, 1000), (3, 800), (5, 3000))
 
 
 def prompts(tokenizer, chosen: list[dict], instructed: bool) -> list[str]:

@@ -1,6 +1,7 @@
-"""Pure Jacobi tokens per verify step against training wall time, one line per recipe and
-prompt format, from ``wide.py`` results (``results/rounds.json`` lists which model each round
-left and the recipe's minutes when it was done).
+"""Pure Jacobi tokens per verify step against training wall time on the 2 cores (left) and
+against optimizer steps (right: the GPU run too, 8 prompts a step against 4), one line per
+recipe and prompt format, from ``wide.py`` results (``results/rounds.json`` lists which model
+each round left, the recipe's minutes when it was done and its optimizer steps by then).
 
     .venv/bin/python experiments/cllm_own_drafts/plot_rounds.py
 """
@@ -20,19 +21,25 @@ HERE = Path(__file__).parent
 
 def main() -> None:
     spec = json.loads((HERE / "results" / "rounds.json").read_text())
-    figure, ax = plt.subplots(figsize=(7, 4.2))
+    figure, (by_time, by_steps) = plt.subplots(1, 2, figsize=(12, 4.6), sharey=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for recipe, color in zip(spec["recipes"], colors[:len(spec["recipes"])], strict=True):
         for fmt, style in (("instruction", "-o"), ("bare", "--s")):
-            x = [0.0] + [r["minutes"] for r in recipe["rounds"]]
             y = [spec["base"][fmt]] + [r[fmt] for r in recipe["rounds"]]
-            ax.plot(x, y, style, color=color, label=f"{recipe['name']}, {fmt}")
-    ax.axhline(spec["target"], color="gray", lw=0.8, ls=":")
-    ax.axvline(spec["budget_minutes"], color="gray", lw=0.8, ls=":")
-    ax.set_xlabel("training wall time on 2 cores (min)")
-    ax.set_ylabel("pure Jacobi tokens / verify step")
-    ax.set_title(f"own drafts on {spec['problems']} unseen problems (k 15, fill tail)")
-    ax.legend(fontsize=7)
+            label = f"{recipe['name']}, {fmt}"
+            if not recipe.get("gpu"):
+                by_time.plot([0.0] + [r["minutes"] for r in recipe["rounds"]], y, style,
+                             color=color, label=label)
+            by_steps.plot([0] + [r["steps"] for r in recipe["rounds"]], y, style,
+                         color=color, label=label)
+    for ax in (by_time, by_steps):
+        ax.axhline(spec["target"], color="gray", lw=0.8, ls=":")
+    by_time.axvline(spec["budget_minutes"], color="gray", lw=0.8, ls=":")
+    by_time.set_xlabel("training wall time on 2 cores (min)")
+    by_steps.set_xlabel("optimizer steps (4 prompts each; GPU: 8)")
+    by_time.set_ylabel("pure Jacobi tokens / verify step")
+    figure.suptitle(f"own drafts on {spec['problems']} unseen problems (k 15, fill tail)")
+    by_steps.legend(fontsize=6)
     figure.tight_layout()
     figure.savefig(HERE / "rounds.png", dpi=110)
 

@@ -104,11 +104,15 @@ def cmd_space(args: argparse.Namespace) -> int:
 def _add_config_flags(parser: argparse.ArgumentParser, defaults: object,
                       skip: tuple[str, ...] = ()) -> None:
     """One ``--flag`` per field of a training config dataclass (None = keep the default)."""
+    from vllm_cllm.training.trainer import PRECISIONS
+
+    choices = {"precision": PRECISIONS}  # refused by the parser, before any model loads
     for f in fields(defaults):
         if f.name in skip:
             continue
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=type(f.default),
-                            default=None, help=f"default {f.default}")
+                            default=None, choices=choices.get(f.name),
+                            help=f"default {f.default}")
 
 
 def _training_seed(text: str) -> int:

@@ -62,6 +62,8 @@ class CllmConfig:
     save_steps: int = 200
     keep_checkpoints: int = 0  # 0: keep every Trainer checkpoint (the training curve uses them)
     seed: int = 0
+    precision: str = "fp32"  # or "bf16": mixed precision (a GPU's fast path)
+    data_workers: int = 0  # DataLoader processes that pack rows while the device computes
 
 
 class TrajectoryDataset(torch.utils.data.Dataset):
@@ -155,7 +157,8 @@ def cllm_loss(model: Any, batch: dict[str, torch.Tensor], config: CllmConfig,
         answer = batch["labels"][:, 1:width] != -100  # logits at t predict the token t + 1
         clean, clean_reference = logits[:, :width - 1][answer], reference[:, :-1][answer]
         ar = consistency_loss(clean, clean_reference,
-                              torch.ones(int(answer.sum()), dtype=torch.bool))
+                              torch.ones(int(answer.sum()), dtype=torch.bool,
+                                         device=clean.device))
         if config.margin_weight:  # hold the base's greedy token, not the answer's
             hinge = margin_hinge(clean, clean_reference.argmax(-1), config.margin)
         with torch.no_grad():  # the share of clean positions whose greedy token is the base's

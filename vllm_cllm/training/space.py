@@ -168,6 +168,8 @@ class SpaceConfig:
     save_steps: int = 50
     keep_checkpoints: int = 2
     seed: int = 0
+    precision: str = "fp32"  # or "bf16": mixed precision (a GPU's fast path)
+    data_workers: int = 0  # DataLoader processes that pack rows while the device computes
 
 
 def write_mask_token_file(folder: Path, token: str, mask_id: int, k: int) -> None:

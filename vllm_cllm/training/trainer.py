@@ -47,18 +47,24 @@ def logging_trainer_class(loss_fn: Callable[[Any, dict[str, torch.Tensor]],
     return LoggingPartsTrainer
 
 
+#: Training precisions: float32 throughout, or bfloat16 mixed precision (weights stay float32).
+PRECISIONS = ("fp32", "bf16")
+
+
 def training_arguments(out: Path, config: Any):
     """The Trainer settings both recipes share (cosine schedule, checkpoints under out/trainer)."""
     from transformers import TrainingArguments
 
+    if config.precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}; got {config.precision!r}")
     return TrainingArguments(
         output_dir=str(out / "trainer"), per_device_train_batch_size=config.batch_size,
         gradient_accumulation_steps=config.grad_accum, learning_rate=config.learning_rate,
         num_train_epochs=config.epochs, max_steps=config.max_steps, lr_scheduler_type="cosine",
         warmup_steps=0.03, logging_steps=config.logging_steps, save_steps=config.save_steps,
         save_total_limit=config.keep_checkpoints or None, report_to=[], seed=config.seed,
-        remove_unused_columns=False,
-        dataloader_num_workers=0, use_cpu=not torch.cuda.is_available())
+        remove_unused_columns=False, bf16=config.precision == "bf16",
+        dataloader_num_workers=config.data_workers, use_cpu=not torch.cuda.is_available())
 
 
 #: Linear layers LoRA adapts in both recipes (Llama-style names).
