@@ -156,6 +156,33 @@ def shifted_records(prompts: list[list[int]], answers: list[list[int]], first: i
                                    max_states=16)]
 
 
+def recipe_config(**changes: Any) -> cllm.CllmConfig:
+    """``rounds.sh``'s training settings (LoRA r 32, lr 3e-4, ω 5, anchor base, window 2) at 8
+    prompts a step without accumulation, no Trainer checkpoints; ``changes`` override them."""
+    settings = {"block_size": BLOCK, "lora_rank": 32, "lora_alpha": 32, "learning_rate": 3e-4,
+                "epochs": 1, "batch_size": 8, "grad_accum": 1, "ar_weight": 5.0,
+                "anchor": "base", "consistency_window": 2, "save_steps": 10**6,
+                "logging_steps": 10}
+    return cllm.CllmConfig(**{**settings, **changes})
+
+
+def train_with(callback: Any, base: str, records: list[TrajectoryRecord], out: Path,
+               config: cllm.CllmConfig) -> Path:
+    """:func:`vllm_cllm.training.cllm.train_cllm` (from scratch, no resume) with ``callback``
+    added to its Trainer."""
+    original = cllm.train_and_save
+
+    def with_callback(trainer: Any, *args: Any, **kwargs: Any) -> Path:
+        trainer.add_callback(callback)
+        return original(trainer, *args, **kwargs)
+
+    cllm.train_and_save = with_callback
+    try:
+        return cllm.train_cllm(base, records, out, config, resume=False)
+    finally:
+        cllm.train_and_save = original
+
+
 def deadline_callback(at: float, stops: list, calibrate: int = 10) -> Any:
     """A Trainer callback that fits a round into wall-clock time ``at``: after ``calibrate``
     steps it projects the step time and, if the planned steps do not fit, shortens the run and
@@ -259,13 +286,9 @@ def main() -> None:
     note(stage="answers", prompts=len(answers),
          mean_tokens=float(np.mean([len(a) for a in answers])))
     del base
-    config = cllm.CllmConfig(block_size=BLOCK, lora_rank=32, lora_alpha=32,
-                             learning_rate=3e-4, epochs=1, batch_size=args.batch_size,
-                             grad_accum=1, ar_weight=5.0, anchor="base", consistency_window=2,
-                             save_steps=10**6, logging_steps=10, precision=args.precision,
-                             data_workers=args.data_workers)
+    config = recipe_config(batch_size=args.batch_size, precision=args.precision,
+                           data_workers=args.data_workers)
     stops: list = []
-    original = cllm.train_and_save
     # rounds: (name, ω, steps, share of the remaining time it may use)
     plan = list(zip(("round1", "round2", "round3"), args.ar_weights, args.steps,
                     (0.55, 0.5, 1.0), strict=True))
@@ -285,11 +308,9 @@ def main() -> None:
         note(stage=f"{name} data", records=len(records))
         left = args.budget_s - (time.time() - start)
         deadline = time.time() + left * share - 20  # room for saving and the next data
-        cllm.train_and_save = lambda trainer, *a, _d=deadline, **kw: (
-            trainer.add_callback(deadline_callback(_d, stops)), original(trainer, *a, **kw))[1]
         run = replace(config, ar_weight=weight, max_steps=steps, seed=index,
                       init_adapter=str(out / previous / "adapter") if previous else "")
-        cllm.train_cllm(args.base, records, out / name, run, resume=False)
+        train_with(deadline_callback(deadline, stops), args.base, records, out / name, run)
         history = json.loads((out / name / "log_history.json").read_text())
         note(stage=f"{name} trained", stops=list(stops), log=history[-3:])
         stops.clear()

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from gpu_rounds import recipe_config, train_with  # the sibling script: the same settings
 
-import vllm_cllm.training.cllm as cllm
 from vllm_cllm.training.trajectories import read_trajectories
 
 #: (precision, DataLoader workers, prompts per step)
@@ -65,7 +65,6 @@ def main() -> None:
             if self.profiler is not None:
                 self.profiler.stop()
 
-    original = cllm.train_and_save
     for precision, workers, batch in SETTINGS:
         ends: list[float] = []
         profiler = torch.profiler.profile(
@@ -73,16 +72,10 @@ def main() -> None:
             + ([torch.profiler.ProfilerActivity.CUDA] if torch.cuda.is_available() else []),
             schedule=torch.profiler.schedule(wait=4, warmup=1, active=3),
         ) if args.profile else None
-        clock = Clock(ends, profiler)
-        cllm.train_and_save = lambda trainer, *a, _clock=clock, **kw: (
-            trainer.add_callback(_clock), original(trainer, *a, **kw))[1]
-        config = cllm.CllmConfig(block_size=16, lora_rank=32, lora_alpha=32, learning_rate=3e-4,
-                                 batch_size=batch, grad_accum=1, ar_weight=5.0, anchor="base",
-                                 consistency_window=2, save_steps=10**6, logging_steps=10**6,
-                                 max_steps=args.steps, precision=precision,
-                                 data_workers=workers)
-        cllm.train_cllm(str(base), records, args.out / f"{precision}-{workers}-{batch}", config,
-                        resume=False)
+        config = recipe_config(batch_size=batch, logging_steps=10**6, max_steps=args.steps,
+                               precision=precision, data_workers=workers)
+        train_with(Clock(ends, profiler), str(base), records,
+                   args.out / f"{precision}-{workers}-{batch}", config)
         warm = 5  # the first steps include the kernels' warm-up
         per_step = (ends[-1] - ends[warm - 1]) / (len(ends) - warm)
         print(json.dumps({"precision": precision, "data_workers": workers,
@@ -93,7 +86,6 @@ def main() -> None:
             print(averages.table(sort_by="self_cpu_time_total", row_limit=12))
             if torch.cuda.is_available():
                 print(averages.table(sort_by="self_device_time_total", row_limit=12))
-    cllm.train_and_save = original
 
 
 if __name__ == "__main__":
