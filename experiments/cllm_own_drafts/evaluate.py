@@ -82,6 +82,16 @@ def common_arguments(parser: argparse.ArgumentParser, problems: int) -> None:
     parser.add_argument("--max-tokens", type=int, default=256)
 
 
+def evaluation_set(count: int) -> tuple[str, Any, list[dict]]:
+    """The base model's path, its tokenizer and the first ``count`` evaluation problems (seed
+    :data:`EVAL_SEED`, none verbatim in :data:`TRAINING_SETS`): what every script here shares."""
+    from transformers import AutoTokenizer
+
+    base = str(model_path("smollm2-135m-instruct"))
+    return (base, AutoTokenizer.from_pretrained(base),
+            unseen_problems(count, EVAL_SEED, TRAINING_SETS))
+
+
 def model_paths(labelled: list[str]) -> dict[str, str]:
     """``label=name-or-path`` arguments as {label: local path} (a checkpoint name is built)."""
     return {label: resolve_model(name) for label, name in (m.split("=", 1) for m in labelled)}
@@ -93,13 +103,9 @@ def main() -> None:
     parser.add_argument("--configs", default="none,tail,default,suffix,ngram",
                         help=f"of {', '.join(CONFIGS)} (none is always run)")
     args = parser.parse_args()
-    from transformers import AutoTokenizer
-
     configs = ["none"] + [c for c in args.configs.split(",") if c != "none"]
     paths = model_paths(args.model)
-    base = str(model_path("smollm2-135m-instruct"))
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    chosen = unseen_problems(args.problems, EVAL_SEED, TRAINING_SETS)
+    base, tokenizer, chosen = evaluation_set(args.problems)
     rows = []
     for instructed in (True, False):
         batch = prompts(tokenizer, chosen, instructed)

@@ -16,10 +16,9 @@ import json
 from pathlib import Path
 
 import torch
-from evaluate import EVAL_SEED, TRAINING_SETS, model_paths  # the sibling script: the same problems
+from evaluate import evaluation_set, model_paths  # the sibling script: the same problems
 
-from vllm_cllm.runtime.checkpoints import model_path
-from vllm_cllm.training.gsm import chat_prompt, unseen_problems
+from vllm_cllm.training.gsm import chat_prompt
 
 KINDS = ("right", "one slot late", "one slot early", "nearby in the answer", "other")
 
@@ -80,10 +79,9 @@ def main() -> None:
                         help="drop the tail's first token where it repeats the bonus token")
     parser.add_argument("--out", type=Path, default=None, help="write results.json here")
     args = parser.parse_args()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    tokenizer = AutoTokenizer.from_pretrained(model_path("smollm2-135m-instruct"))
-    problems = unseen_problems(args.problems, EVAL_SEED, TRAINING_SETS)
+    _, tokenizer, problems = evaluation_set(args.problems)
     results = {}
     for label, path in model_paths(args.model).items():
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

@@ -16,16 +16,13 @@ import json
 import torch
 from evaluate import (  # the sibling script: the same problems and flags
     EVAL_SEED,
-    TRAINING_SETS,
     common_arguments,
+    evaluation_set,
     model_paths,
     prompts,
 )
 from first_draft_token import replay
 from tqdm import tqdm
-
-from vllm_cllm.runtime.checkpoints import model_path
-from vllm_cllm.training.gsm import unseen_problems
 
 
 def main() -> None:
@@ -35,11 +32,9 @@ def main() -> None:
     parser.add_argument("--own", action="store_true",
                         help="also replay each model on its own answer (twice the time)")
     args = parser.parse_args()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    base_path = model_path("smollm2-135m-instruct")
-    tokenizer = AutoTokenizer.from_pretrained(base_path)
-    chosen = unseen_problems(args.problems, EVAL_SEED, TRAINING_SETS)
+    base_path, tokenizer, chosen = evaluation_set(args.problems)
     formats = {"instruction": True, "bare": False}
     ids = {fmt: tokenizer(prompts(tokenizer, chosen, instructed), add_special_tokens=False
                           ).input_ids for fmt, instructed in formats.items()}

@@ -7,7 +7,7 @@ The same objective and flags as ``rounds.sh`` (LoRA r 32, lr 3e-4, ω 5, anchor 
 1. the base model's greedy answers to ``--prompts`` (transformers ``generate``);
 2. round 1: shifted states of the first ``--pool`` answers;
 3. round 2: the round-1 model's own pure Jacobi drafts (k 15, ``fill: tail``, batched here in
-   transformers, recorded as :func:`vllm_cllm.training.onpolicy.onpolicy_records` records them)
+   transformers, made records by :func:`vllm_cllm.training.onpolicy.prompt_records`)
    beside the shifted states of prompts not used yet;
 4. round 3 (held): the same at ω 20 from round 2's drafts (``--ar-weights``: ω per round).
 
@@ -29,14 +29,13 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
 
 import vllm_cllm.training.cllm as cllm
-from vllm_cllm.training.onpolicy import onpolicy_records
+from vllm_cllm.training.onpolicy import prompt_records
 from vllm_cllm.training.trajectories import TrajectoryRecord, build_records
 
 BLOCK = 16
@@ -139,14 +138,9 @@ def draft_records(model: Any, prompts: list[list[int]], max_new: int, batch: int
                   pad: int, seed: int, id_offset: int) -> list[TrajectoryRecord]:
     """The model's own pure Jacobi drafts as training records (64 per prompt at most)."""
     answers, drafts = jacobi_drafts(model, prompts, max_new, batch, eos, pad)
-    outputs = [SimpleNamespace(request_id=str(i), prompt_token_ids=p,
-                               outputs=[SimpleNamespace(token_ids=a)])
-               for i, (p, a) in enumerate(zip(prompts, answers, strict=True))]
-    found = [(f"{i}-0", start, d) for i, ds in enumerate(drafts) for start, d in ds]
-    records = list(onpolicy_records(outputs, found, BLOCK, 64, seed))
-    for r in records:
-        r.prompt_id += id_offset
-    return records
+    rng = np.random.default_rng(seed)
+    return [r for i, (p, a, d) in enumerate(zip(prompts, answers, drafts, strict=True))
+            for r in prompt_records(id_offset + i, p, a, d, BLOCK, 64, rng)]
 
 
 def shifted_records(prompts: list[list[int]], answers: list[list[int]], first: int, seed: int

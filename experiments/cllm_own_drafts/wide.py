@@ -17,27 +17,21 @@ import json
 
 from evaluate import (  # the sibling script: the same problems and flags
     EVAL_SEED,
-    TRAINING_SETS,
     common_arguments,
+    evaluation_set,
     model_paths,
     prompts,
     quality,
 )
 
 from vllm_cllm.bench.measure import jacobi_row
-from vllm_cllm.runtime.checkpoints import model_path
-from vllm_cllm.training.gsm import unseen_problems
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     common_arguments(parser, problems=32)
     args = parser.parse_args()
-    from transformers import AutoTokenizer
-
-    base = model_path("smollm2-135m-instruct")
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    chosen = unseen_problems(args.problems, EVAL_SEED, TRAINING_SETS)
+    base, tokenizer, chosen = evaluation_set(args.problems)
     rows = []
     for label, path in model_paths(args.model).items():
         for fmt, instructed in (("instruction", True), ("bare", False)):

@@ -58,26 +58,35 @@ def onpolicy_records(outputs: list[Any], drafts: list[Draft], n: int, max_per_pr
     """One record per recorded draft that has a full n-token fixed point and differs from
     it; at most ``max_per_prompt`` per prompt (seeded choice, kept in decoding order)."""
     rng = np.random.default_rng(seed)
-    by_request: dict[str, list[Draft]] = {}
-    for d in drafts:
-        by_request.setdefault(_external_id(d[0]), []).append(d)
+    by_request: dict[str, list[tuple[int, list[int]]]] = {}
+    for request, start, draft in drafts:
+        by_request.setdefault(_external_id(request), []).append((start, draft))
     for pid, out in enumerate(outputs):
-        prompt = list(out.prompt_token_ids)
-        answer = list(out.outputs[0].token_ids)
-        clean = prompt + answer
-        records = []
-        for step, (_, start, draft) in enumerate(by_request.get(out.request_id, [])):
-            fixed = clean[start:start + n]
-            if start < len(prompt) or len(fixed) < n:
-                continue
-            state = (draft + fixed[len(draft):])[:n]  # positions not drafted: as committed
-            if state != fixed:
-                records.append(TrajectoryRecord(pid, step, len(prompt), clean[:start], fixed,
-                                                [state], answer))
-        if len(records) > max_per_prompt:
-            keep = np.sort(rng.choice(len(records), max_per_prompt, replace=False))
-            records = [records[i] for i in keep]
-        yield from records
+        yield from prompt_records(pid, list(out.prompt_token_ids),
+                                  list(out.outputs[0].token_ids),
+                                  by_request.get(out.request_id, []), n, max_per_prompt, rng)
+
+
+def prompt_records(pid: int, prompt: list[int], answer: list[int],
+                   drafts: list[tuple[int, list[int]]], n: int, max_per_prompt: int,
+                   rng: np.random.Generator) -> list[TrajectoryRecord]:
+    """One prompt's records from its drafts, each (committed tokens before it, draft tokens),
+    in decoding order: drafts without a full n-token fixed point, or equal to it, are
+    dropped; above ``max_per_prompt``, a choice by ``rng`` of that many is kept in order."""
+    clean = prompt + answer
+    records = []
+    for step, (start, draft) in enumerate(drafts):
+        fixed = clean[start:start + n]
+        if start < len(prompt) or len(fixed) < n:
+            continue
+        state = (draft + fixed[len(draft):])[:n]  # positions not drafted: as committed
+        if state != fixed:
+            records.append(TrajectoryRecord(pid, step, len(prompt), clean[:start], fixed,
+                                            [state], answer))
+    if len(records) > max_per_prompt:
+        keep = np.sort(rng.choice(len(records), max_per_prompt, replace=False))
+        records = [records[i] for i in keep]
+    return records
 
 
 def write_onpolicy(path: Path, model: str, prompts: list[str], *, n: int, k: int,
