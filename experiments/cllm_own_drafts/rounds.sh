@@ -23,25 +23,10 @@ TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate 3e-4 --epo
 .venv/bin/vllm-cllm train cllm --model $BASE --data "$OUT/trajectories.jsonl" \
     --out "$OUT/round2" "${TRAIN[@]}" --seed 1 --max-steps 75 \
     --init-adapter "$OUT/round1/trainer/checkpoint-75"
-# rounds 3 and 4: the previous round's own pure Jacobi drafts on 150 prompts (the same
-# prompts each round, new drafts), beside the shifted states of 150 pool prompts not yet
-# used (each file's prompts kept apart), from the previous round's adapter
-onpolicy_round() {  # round, previous round, first pool prompt, Trainer seed, [training flags]
-  local round=$1 previous=$2 first=$3 seed=$4
-  shift 4  # the rest overrides the shared training flags (a later flag wins)
-  # a run leaves its adapter merged into $OUT/$previous/model: vLLM serves it as it is
-  .venv/bin/vllm-cllm train trajectories --model "$OUT/$previous/model" --num-prompts 150 \
-      --seed 3 --exclude-eval 40 --block-size 16 --max-new-tokens 256 --mode onpolicy \
-      --onpolicy-fill tail --max-states 64 --out "$OUT/$round-drafts.jsonl"
-  # the pool's shifted states of prompts [first, first + 150)
-  .venv/bin/python experiments/cllm_own_drafts/pool_slice.py "$first" $((first + 150)) \
-      < "$OUT/trajectories.jsonl" > "$OUT/$round-pool.jsonl"
-  # two files: each one's prompts stay apart (the pool's first, then its own answers)
-  .venv/bin/vllm-cllm train cllm --model $BASE \
-      --data "$OUT/$round-pool.jsonl" "$OUT/$round-drafts.jsonl" \
-      --out "$OUT/$round" "${TRAIN[@]}" --seed "$seed" --max-steps 75 \
-      --init-adapter "$OUT/$previous/adapter" "$@"
-}
+# rounds 3 and 4: the previous round's own pure Jacobi drafts on 150 prompts beside the
+# shifted states of 150 pool prompts not yet used, 75 steps from the previous round's adapter
+PROMPTS=150 STEPS=75
+source experiments/cllm_own_drafts/onpolicy_round.sh
 onpolicy_round round3 round2 150 2
 onpolicy_round round4 round3 300 3
 echo "round 4: $OUT/round4/model (adapter: $OUT/round4/adapter)"
