@@ -336,6 +336,45 @@ def test_a_further_round_continues_the_given_adapter(tiny, tiny_path, tmp_path):
                    CllmConfig(**{**vars(second), "init_adapter": str(tmp_path)}))
 
 
+def test_a_run_stopped_inside_its_schedule_is_that_schedules_checkpoint(tiny, tiny_path,
+                                                                         tmp_path):
+    """``stop_step``: the run ends after that step with the weights and learning rates of the
+    whole ``max_steps`` schedule at that step; running it again loads that checkpoint and
+    takes no further step."""
+    from safetensors.torch import load_file
+
+    from vllm_cllm.training.cllm import CllmConfig, train_cllm
+
+    _, prompt, answer = tiny
+    records = build_records(0, prompt, answer, n=N, mode="noise", seed=1, max_states=2)
+    whole = CllmConfig(block_size=N, max_steps=6, save_steps=3, grad_accum=1, lora_rank=4,
+                       learning_rate=1e-3, logging_steps=1)
+    train_cllm(tiny_path, records, tmp_path / "whole", whole)
+    stopped = CllmConfig(**{**vars(whole), "stop_step": 3})
+    train_cllm(tiny_path, records, tmp_path / "stopped", stopped)
+
+    def steps(run: str) -> list[tuple[int, float]]:
+        history = json.loads((tmp_path / run / "log_history.json").read_text())
+        return [(h["step"], h["learning_rate"]) for h in history if "learning_rate" in h]
+
+    assert steps("stopped") == steps("whole")[:3]
+    assert steps("stopped")[-1][1] > 0  # mid-schedule, not decayed to the end
+    assert sorted(p.name for p in (tmp_path / "stopped" / "trainer").iterdir()) == ["checkpoint-3"]
+    weights = "adapter_model.safetensors"
+    reference = load_file(str(tmp_path / "whole" / "trainer" / "checkpoint-3" / weights))
+    adapter = load_file(str(tmp_path / "stopped" / "adapter" / weights))
+    assert adapter.keys() == reference.keys()
+    for key in reference:
+        torch.testing.assert_close(adapter[key], reference[key])
+    train_cllm(tiny_path, records, tmp_path / "stopped", stopped)  # again: nothing more to do
+    assert steps("stopped") == steps("whole")[:3]
+    again = load_file(str(tmp_path / "stopped" / "adapter" / weights))
+    assert all(torch.equal(again[key], adapter[key]) for key in adapter)
+    with pytest.raises(ValueError, match="stop_step 7"):
+        train_cllm(tiny_path, records, tmp_path / "late", CllmConfig(**{**vars(whole),
+                                                                        "stop_step": 7}))
+
+
 def test_quality_figures():
     from vllm_cllm.training.quality import accuracy, distinct_n, mean_distinct_n
 

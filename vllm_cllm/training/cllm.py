@@ -58,6 +58,7 @@ class CllmConfig:
     lora_alpha: int = 32
     init_adapter: str = ""  # a LoRA adapter dir to continue training (a further round)
     max_steps: int = -1
+    stop_step: int = 0  # >0: end the run after this step of the max_steps schedule
     logging_steps: int = 10
     save_steps: int = 200
     keep_checkpoints: int = 0  # 0: keep every Trainer checkpoint (the training curve uses them)
@@ -227,4 +228,4 @@ def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | 
                                                         config.consistency_window),
                           data_collator=lambda items: collate(items, pad_id))
     return train_and_save(trainer, model, tokenizer, out, lora=bool(config.lora_rank),
-                          resume=resume)
+                          resume=resume, stop_step=config.stop_step)

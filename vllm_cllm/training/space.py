@@ -164,6 +164,7 @@ class SpaceConfig:
     lora_rank: int = 32  # 0: full fine-tune (the whole embedding then trains too)
     lora_alpha: int = 32
     max_steps: int = -1
+    stop_step: int = 0  # >0: end the run after this step of the max_steps schedule
     logging_steps: int = 10
     save_steps: int = 50
     keep_checkpoints: int = 2
@@ -207,8 +208,9 @@ def train_space(base_model: str, items: list[tuple[list[int], list[int]]], out_d
                           train_dataset=SarDataset(items, mask_id, config.k, config.groups,
                                                    config.seed),
                           data_collator=lambda rows: collate_sar(rows, pad_id))
+    # config.mask_token_id set by add_mask_token
     saved = train_and_save(trainer, model, tokenizer, out, lora=bool(config.lora_rank),
-                           resume=resume)  # config.mask_token_id set by add_mask_token
+                           resume=resume, stop_step=config.stop_step)
     if config.lora_rank:
         write_mask_token_file(out / "adapter", MASK_TOKEN, mask_id, config.k)
     return saved

@@ -57,6 +57,9 @@ def training_arguments(out: Path, config: Any):
 
     if config.precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}; got {config.precision!r}")
+    if config.stop_step < 0 or 0 < config.max_steps < config.stop_step:
+        raise ValueError(f"stop_step {config.stop_step} must lie in 0..max_steps "
+                         f"({config.max_steps}): it ends the run inside its schedule")
     return TrainingArguments(
         output_dir=str(out / "trainer"), per_device_train_batch_size=config.batch_size,
         gradient_accumulation_steps=config.grad_accum, learning_rate=config.learning_rate,
@@ -80,18 +83,57 @@ def with_lora(model: Any, rank: int, alpha: int, **extra: Any) -> Any:
                                             task_type="CAUSAL_LM", **extra))
 
 
-def last_checkpoint(trainer_dir: Path) -> str | None:
-    """The newest ``checkpoint-N`` under ``trainer_dir`` (by step number), if any."""
-    found = sorted(trainer_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+def _checkpoint_step(path: Path) -> int:
+    return int(path.name.split("-")[-1])
+
+
+def last_checkpoint(trainer_dir: Path, at_most: int = 0) -> str | None:
+    """The newest ``checkpoint-N`` under ``trainer_dir`` (by step number; with ``at_most`` > 0
+    the newest with N <= at_most), if any."""
+    found = sorted((p for p in trainer_dir.glob("checkpoint-*")
+                    if not at_most or _checkpoint_step(p) <= at_most), key=_checkpoint_step)
     return str(found[-1]) if found else None
 
 
+def _stop_at(step: int):
+    """A callback that ends training after optimizer step ``step``, checkpointed there."""
+    from transformers import TrainerCallback
+
+    class StopAtStep(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step >= step:
+                control.should_save = True
+                control.should_training_stop = True
+            return control
+
+    return StopAtStep()
+
+
 def train_and_save(trainer: Any, model: Any, tokenizer: Any, out: Path, *, lora: bool,
-                   resume: bool) -> Path:
+                   resume: bool, stop_step: int = 0) -> Path:
     """Train (resuming from the newest checkpoint when asked) and save what a run leaves:
     with LoRA ``out/adapter`` (the trained tensors only, never whole embedding copies) merged
-    into ``out/model``; the tokenizer beside the model; ``out/log_history.json``."""
-    trainer.train(resume_from_checkpoint=last_checkpoint(out / "trainer") if resume else None)
+    into ``out/model``; the tokenizer beside the model; ``out/log_history.json``.
+
+    ``stop_step`` > 0 ends the run after that step of its schedule (the learning rate follows
+    the whole ``max_steps`` schedule), with a checkpoint there. A run that already holds that
+    checkpoint loads it rather than resuming: a resumed Trainer takes a step before any
+    callback can stop it."""
+    checkpoint = last_checkpoint(out / "trainer", stop_step) if resume else None
+    if stop_step and checkpoint and _checkpoint_step(Path(checkpoint)) == stop_step:
+        from transformers import TrainerState
+
+        if not hasattr(trainer, "_load_from_checkpoint"):
+            import transformers
+
+            raise RuntimeError(f"transformers {transformers.__version__}: Trainer has no "
+                               "_load_from_checkpoint to load a finished run's checkpoint")
+        trainer._load_from_checkpoint(checkpoint)  # what resuming loads, without a step
+        trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
+    else:
+        if stop_step:
+            trainer.add_callback(_stop_at(stop_step))
+        trainer.train(resume_from_checkpoint=checkpoint)
     if lora:
         model.save_pretrained(out / "adapter", save_embedding_layers=False)
         model = model.merge_and_unload()
