@@ -208,7 +208,7 @@ def train_space(base_model: str, items: list[tuple[list[int], list[int]]], out_d
                           train_dataset=SarDataset(items, mask_id, config.k, config.groups,
                                                    config.seed),
                           data_collator=lambda rows: collate_sar(rows, pad_id))
-    # config.mask_token_id set by add_mask_token
+    # the saved config carries mask_token_id (set by add_mask_token)
     saved = train_and_save(trainer, model, tokenizer, out, lora=bool(config.lora_rank),
                            resume=resume, stop_step=config.stop_step)
     if config.lora_rank:
