@@ -1,6 +1,6 @@
 """Training curve of a CLLM run: losses from the Trainer log, tokens per step from vLLM.
 
-    .venv/bin/python benchmarks/cllm_training_curve.py --run results/cllm-gsm/run \
+    .venv/bin/python benchmarks/cllm_training_curve.py --run results/cllm-gsm-noise/run \
         --out docs/results/cllm_gsm
 
 Losses (consistency and AR, per example) and the fixed-point accuracy come from the run's
@@ -68,7 +68,7 @@ def plot(history: list[dict], tpf: list[dict], out: Path, k: int, fill: str) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run", default="results/cllm-gsm/run")
+    parser.add_argument("--run", default="results/cllm-gsm-noise/run")
     parser.add_argument("--out", default="docs/results/cllm_gsm")
     parser.add_argument("--base", default="smollm2-135m-instruct")
     parser.add_argument("--num-problems", type=int, default=16)

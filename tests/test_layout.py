@@ -54,3 +54,11 @@ def test_every_subpackage_is_installed():
     listed = set(re.findall(r'"(\w+)"', setup.split("SUBPACKAGES = [", 1)[1].split("]", 1)[0]))
     on_disk = {p.parent.name for p in (ROOT / "vllm_cllm").glob("*/__init__.py")}
     assert listed == on_disk
+
+
+def test_the_recipes_run_on_the_package_alone():
+    """A recipe that makes a shipped checkpoint needs only the installed package and its CLI:
+    no one-off study (experiments/) or measurement script (benchmarks/)."""
+    for recipe in sorted((ROOT / "examples/recipes").glob("*.sh")):
+        text = recipe.read_text()
+        assert "experiments/" not in text and "benchmarks/" not in text, recipe.name

@@ -86,6 +86,11 @@ def test_records_are_deterministic_and_resumable(tiny, tmp_path):
     together = read_trajectories(path, other)
     assert [r.prompt_id for r in together] == [0, 0, 0, 1, 1, 2, 2]
     assert [r.states for r in together] == [r.states for r in records + read_trajectories(other)]
+    # a slice of the problems from the first-th on: the records of those prompts in the file
+    # of them all (prompt ids and the noise drawn for them)
+    sliced = tmp_path / "sliced.jsonl"
+    write_trajectories(sliced, items[1:], n=N, mode="noise", seed=5, max_states=3, first=1)
+    assert sliced.read_text().splitlines() == path.read_text().splitlines()[3:]
 
 
 def test_consistency_loss_is_zero_at_agreement_and_trains_only_the_student():
@@ -481,8 +486,10 @@ def test_committed_artifacts_name_their_bases():
 
     assert artifact_base("smollm2-135m-cllm-gsm") == "smollm2-135m-instruct"
     assert artifact_base("smollm2-135m-space-gsm") == "smollm2-135m-instruct"
-    assert artifact_base("smollm2-135m-space-cllm-gsm") == "smollm2-135m-cllm-gsm"
-    assert "smollm2-135m-space-cllm-gsm" in BUILDERS
+    assert artifact_base("smollm2-135m-cllm-gsm-noise") == "smollm2-135m-instruct"
+    # the SPACE-on-CLLM artifact was trained on the noise CLLM, not on the demo
+    assert artifact_base("smollm2-135m-space-cllm-gsm") == "smollm2-135m-cllm-gsm-noise"
+    assert {"smollm2-135m-cllm-gsm-noise", "smollm2-135m-space-cllm-gsm"} <= set(BUILDERS)
 
 
 def test_training_prompts_can_leave_out_questions_the_evaluation_asks():

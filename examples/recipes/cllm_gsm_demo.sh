@@ -1,21 +1,42 @@
 #!/usr/bin/env bash
-# Recipe for the demo CLLM `smollm2-135m-cllm-gsm` (SmolLM2-135M-Instruct, gsm_symbolic).
-# About 1 hour on 2 CPU cores (5 min answers, 55 min training); a GPU needs no change.
-# Resumable: re-running skips prompts already in the trajectory file and resumes training
-# from the last Trainer checkpoint. Training seed 1 for the prompts (the eval uses 1000).
+# Recipe for the demo CLLM `smollm2-135m-cllm-gsm` (SmolLM2-135M-Instruct, gsm_symbolic):
+# consistency distillation in three rounds at one prompt per optimizer step, LoRA r 32, lr 3e-4,
+# the base model's logits as the anchor, AR weight 5, consistency window 2, 8 of each block's
+# 16 states a row. Round 1: shifted states of the base's greedy answers (600 prompts of seed 3),
+# steps 0–375 of a 600-step cosine schedule. Rounds 2 and 3: the previous round's own pure
+# Jacobi drafts on 100 prompts beside 100 new pool prompts' shifted states, 200 steps each;
+# round 3 with AR weight 20 holds the answers to the base's. About 2 h 10 min and 4 CPU-hours
+# on 2 CPU cores (docs/training.md); a GPU needs no change. Resumable: every step skips what
+# is written and resumes from its last Trainer checkpoint. Evaluation seeds are never trained on.
+#   [OUT=DIR] [STATES=K] [ROUND1_STEPS=N SCHEDULE=M] [ARTIFACT=DIR|''] cllm_gsm_demo.sh
+# ARTIFACT='' leaves the committed artifact as it is (a variant of the recipe).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-results/cllm-gsm}
-mkdir -p "$OUT"
-# 1. greedy answers with vLLM (batched) + progressive-noise states (4 levels per 16-token block)
-.venv/bin/vllm-cllm train trajectories --model smollm2-135m-instruct --num-prompts 400 \
-    --seed 1 --block-size 16 --max-new-tokens 256 --mode noise --max-states 4 \
+STATES=${STATES:-8} ROUND1_STEPS=${ROUND1_STEPS:-375} SCHEDULE=${SCHEDULE:-600}
+ARTIFACT=${ARTIFACT-vllm_cllm/artifacts/smollm2-135m-cllm-gsm}
+BASE=smollm2-135m-instruct
+TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate 3e-4 --epochs 1
+       --grad-accum 1 --ar-weight 5.0 --anchor base --consistency-window 2 --logging-steps 10
+       --states-per-block "$STATES")
+
+# round 1: the base model's greedy answers (vLLM, batched), shifted states
+.venv/bin/vllm-cllm train trajectories --model $BASE --num-prompts 600 --seed 3 \
+    --exclude-eval 40 --block-size 16 --max-new-tokens 256 --mode shifted --max-states 16 \
     --out "$OUT/trajectories.jsonl"
-# 2. consistency distillation + AR loss, LoRA r=32 (the adapter is the artifact kept in git)
-.venv/bin/vllm-cllm train cllm --model smollm2-135m-instruct --data "$OUT/trajectories.jsonl" \
-    --out "$OUT/run" --block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate 5e-4 \
-    --epochs 1 --grad-accum 2 --ar-weight 1.0 --states-per-block 0 --save-steps 50 \
-    --logging-steps 5 --seed 0
-# 3. the artifact: the adapter in float16, rebuilt by `vllm-cllm model-path smollm2-135m-cllm-gsm`
-.venv/bin/python -m vllm_cllm.training.artifact "$OUT/run/adapter" \
-    vllm_cllm/artifacts/smollm2-135m-cllm-gsm
+.venv/bin/vllm-cllm train cllm --model $BASE --data "$OUT/trajectories.jsonl" \
+    --out "$OUT/round1" "${TRAIN[@]}" --seed 0 --max-steps "$SCHEDULE" \
+    --stop-step "$ROUND1_STEPS" --save-steps 75
+
+# rounds 2 and 3: own drafts on 100 prompts beside 100 new pool prompts, 200 steps each
+PROMPTS=100 STEPS=200
+source examples/recipes/onpolicy_round.sh
+onpolicy_round round2 round1 400 2 --save-steps 50
+onpolicy_round round3 round2 500 4 --save-steps 50 --ar-weight 20
+
+# the artifact: round 3's adapter in float16, rebuilt by
+# `vllm-cllm model-path smollm2-135m-cllm-gsm`
+if [[ -n "$ARTIFACT" ]]; then
+  .venv/bin/python -m vllm_cllm.training.artifact "$OUT/round3/adapter" "$ARTIFACT"
+fi
+echo "round 3: $OUT/round3/model (adapter: $OUT/round3/adapter)"

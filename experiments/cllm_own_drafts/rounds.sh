@@ -26,7 +26,7 @@ TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate 3e-4 --epo
 # rounds 3 and 4: the previous round's own pure Jacobi drafts on 150 prompts beside the
 # shifted states of 150 pool prompts not yet used, 75 steps from the previous round's adapter
 PROMPTS=150 STEPS=75
-source experiments/cllm_own_drafts/onpolicy_round.sh
+source examples/recipes/onpolicy_round.sh
 onpolicy_round round3 round2 150 2
 onpolicy_round round4 round3 300 3
 echo "round 4: $OUT/round4/model (adapter: $OUT/round4/adapter)"

@@ -194,7 +194,9 @@ BUILDERS: dict[str, Callable[[Path], None]] = {
     # the demos: base + the LoRA adapter in vllm_cllm/artifacts (examples/recipes)
     "smollm2-135m-cllm-gsm": _demo_from_artifact("smollm2-135m-cllm-gsm"),
     "smollm2-135m-space-gsm": _demo_from_artifact("smollm2-135m-space-gsm"),
-    # SPACE SAR-SFT on top of the CLLM demo (built on demand, not by install.sh)
+    # built on demand, not by install.sh: the CLLM of the single-run progressive-noise recipe,
+    # and SPACE SAR-SFT on top of it
+    "smollm2-135m-cllm-gsm-noise": _demo_from_artifact("smollm2-135m-cllm-gsm-noise"),
     "smollm2-135m-space-cllm-gsm": _demo_from_artifact("smollm2-135m-space-cllm-gsm"),
 }
 

@@ -4,7 +4,7 @@
 artifact (see :func:`vllm_cllm.runtime.checkpoints.merge_adapter`), so a demo checkpoint
 costs megabytes in the repository instead of the model's full size.
 
-    python -m vllm_cllm.training.artifact results/cllm-gsm/run/adapter \
+    python -m vllm_cllm.training.artifact results/cllm-gsm/round3/adapter \
         vllm_cllm/artifacts/smollm2-135m-cllm-gsm
 """
 

@@ -53,16 +53,18 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
                                  fill=args.onpolicy_fill)
         print(f"{written} new records in {out}")
         return 0
-    items = _gsm_answers(model, args.num_prompts, args.seed, args.max_new_tokens,
-                         out.with_name(out.stem + ".answers.jsonl"), args.ray_workers,
-                         args.exclude_eval, args.first_prompt, args.prompt_format)
+    answers = Path(args.answers) if args.answers else out.with_name(out.stem + ".answers.jsonl")
+    items = _gsm_answers(model, args.num_prompts, args.seed, args.max_new_tokens, answers,
+                         args.ray_workers, args.exclude_eval, args.first_prompt,
+                         args.prompt_format)
     hf_model = None
     if args.mode == "jacobi":
         import torch
 
         hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
     written = write_trajectories(out, items, n=args.block_size, mode=args.mode, seed=args.seed,
-                                 max_states=args.max_states, model=hf_model)
+                                 max_states=args.max_states, model=hf_model,
+                                 first=args.first_prompt)
     print(f"{written} new records in {out}")
     return 0
 
@@ -163,6 +165,9 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                    "iterates; hybrid: what the shipped proposer verifies)")
     p.add_argument("--ray-workers", type=int, default=0,
                    help="generate the answers on N Ray actors (RAY_ADDRESS), one engine each")
+    p.add_argument("--answers", default=None,
+                   help="greedy-answer cache (JSON lines; default OUT with .answers.jsonl): "
+                   "share one to cut a slice of an earlier file's prompts without new answers")
     _add_exclude_eval(p)
     p.set_defaults(func=cmd_trajectories)
 

@@ -160,9 +160,12 @@ def done_prompt_ids(path: Path) -> set[int]:
 
 
 def write_trajectories(path: Path, items: list[tuple[list[int], list[int]]], *, n: int,
-                       mode: str, seed: int, max_states: int, model: Any = None) -> int:
+                       mode: str, seed: int, max_states: int, model: Any = None,
+                       first: int = 0) -> int:
     """Append records for every (prompt_ids, answer_ids) not yet in ``path``; returns count.
 
+    ``items`` are the seed's problems from the ``first``-th on, whose prompt ids count from
+    ``first``: a slice of the problems gets the same records as in a file of them all.
     One line per block; a prompt's lines are written together and flushed, so an
     interrupted build resumes at the next prompt.
     """
@@ -172,7 +175,8 @@ def write_trajectories(path: Path, items: list[tuple[list[int], list[int]]], *, 
     done = done_prompt_ids(path)
     written = 0
     with path.open("a") as f:
-        for pid, (prompt_ids, answer_ids) in enumerate(tqdm(items, desc=f"trajectories/{mode}")):
+        for pid, (prompt_ids, answer_ids) in enumerate(tqdm(items, desc=f"trajectories/{mode}"),
+                                                       start=first):
             if pid in done:
                 continue
             lines = [json.dumps(asdict(r)) for r in build_records(
