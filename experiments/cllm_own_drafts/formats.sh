@@ -16,13 +16,16 @@ TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate 3e-4 --epo
        --grad-accum 4 --ar-weight "${AR_WEIGHT:-5.0}" --anchor base --consistency-window 2
        --save-steps 25 --logging-steps 5)
 mkdir -p "$OUT"
-pool_slice() {  # the pool's shifted states of prompts [$1, $2)
-  .venv/bin/python experiments/cllm_own_drafts/pool_slice.py "$1" "$2" < "$OUT/pool.jsonl"
+pool_slice() {  # the pool's shifted states of prompts [$1, $2) into $3: its cached answers,
+  # the same records as in the pool's file
+  .venv/bin/vllm-cllm train trajectories --model $BASE --first-prompt "$1" \
+      --num-prompts $(($2 - $1)) "${DATA[@]}" --mode shifted --max-states 16 \
+      --answers "$OUT/pool.answers.jsonl" --out "$3"
 }
 if [[ ! -e "$OUT/round1/model/config.json" ]]; then
   .venv/bin/vllm-cllm train trajectories --model $BASE --num-prompts 450 "${DATA[@]}" \
       --mode shifted --max-states 16 --out "$OUT/pool.jsonl"
-  pool_slice 0 300 > "$OUT/round1-pool.jsonl"
+  pool_slice 0 300 "$OUT/round1-pool.jsonl"
   .venv/bin/vllm-cllm train cllm --model $BASE --data "$OUT/round1-pool.jsonl" \
       --out "$OUT/round1" "${TRAIN[@]}" --seed 0 --max-steps 75
 fi
@@ -35,7 +38,7 @@ for round in $(seq 2 "$LAST"); do
       --out "$OUT/round$round-drafts.jsonl"
   data=("$OUT/round$round-drafts.jsonl")
   if (( round == 2 )); then  # each file's prompts stay apart: the pool's first
-    pool_slice 300 450 > "$OUT/round2-pool.jsonl"
+    pool_slice 300 450 "$OUT/round2-pool.jsonl"
     data=("$OUT/round2-pool.jsonl" "${data[@]}")
   fi
   .venv/bin/vllm-cllm train cllm --model $BASE --data "${data[@]}" --out "$OUT/round$round" \
