@@ -8,15 +8,15 @@
 # round 3 with AR weight 20 holds the answers to the base's. About 2 h 10 min and 4 CPU-hours
 # on 2 CPU cores (docs/training.md); a GPU needs no change. Resumable: every step skips what
 # is written and resumes from its last Trainer checkpoint. Evaluation seeds are never trained on.
-#   [OUT=DIR] [STATES=K] [ROUND1_STEPS=N SCHEDULE=M] [ARTIFACT=DIR|''] cllm_gsm_demo.sh
+#   [OUT=DIR] [STATES=K] [ROUND1_STEPS=N SCHEDULE=M] [LR=X] [ARTIFACT=DIR|''] cllm_gsm_demo.sh
 # ARTIFACT='' leaves the committed artifact as it is (a variant of the recipe).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-results/cllm-gsm}
-STATES=${STATES:-8} ROUND1_STEPS=${ROUND1_STEPS:-375} SCHEDULE=${SCHEDULE:-600}
+STATES=${STATES:-8} ROUND1_STEPS=${ROUND1_STEPS:-375} SCHEDULE=${SCHEDULE:-600} LR=${LR:-3e-4}
 ARTIFACT=${ARTIFACT-vllm_cllm/artifacts/smollm2-135m-cllm-gsm}
 BASE=smollm2-135m-instruct
-TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate 3e-4 --epochs 1
+TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate "$LR" --epochs 1
        --grad-accum 1 --ar-weight 5.0 --anchor base --consistency-window 2 --logging-steps 10
        --states-per-block "$STATES")
 

@@ -26,9 +26,12 @@ from vllm_cllm.training.quality import accuracy, mean_distinct_n, mean_nll
 
 TAIL = {"method": "jacobi", "num_speculative_tokens": 15, "fill": "tail"}
 DEFAULT = {"method": "jacobi", "num_speculative_tokens": 15}
+#: The default with a cost model without a floor: every draft token costs a share of the step
+#: (``benchmarks/step_cost.py`` on a CPU where even one draft token slows the forward).
+NO_FLOOR = {**DEFAULT, "knee_tokens": 30, "floor_tokens": 0}
 SPACE = {"method": "space", "num_speculative_tokens": 5}
-CONFIGS = {"none": None, "tail": TAIL, "default": DEFAULT, "suffix": SUFFIX_SPEC,
-           "ngram": NGRAM_SPEC, "space": SPACE}
+CONFIGS = {"none": None, "tail": TAIL, "default": DEFAULT, "no_floor": NO_FLOOR,
+           "suffix": SUFFIX_SPEC, "ngram": NGRAM_SPEC, "space": SPACE}
 EVAL_SEED = GSM_EVAL_SEED + 7
 #: (seed, count) of every training set the evaluated checkpoints saw
 TRAINING_SETS = ((1, 1000), (3, 800), (5, 3000))
