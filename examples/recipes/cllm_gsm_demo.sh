@@ -34,7 +34,7 @@ TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate "$LR" --ep
 PROMPTS=100 STEPS=200
 source examples/recipes/onpolicy_round.sh
 onpolicy_round round2 round1 400 2 --save-steps 50
-DRAFTS_FORMAT=${ROUND3_DRAFTS:-instruction} POOL_FORMAT=${ROUND3_POOL:-instruction} \
+DRAFTS_FORMAT=${ROUND3_DRAFTS:-} POOL_FORMAT=${ROUND3_POOL:-} \
     onpolicy_round round3 round2 500 4 --save-steps 50 --ar-weight "${ROUND3_AR_WEIGHT:-20}"
 
 # the artifact: round 3's adapter in float16, rebuilt by
