@@ -536,6 +536,26 @@ def test_both_prompt_formats_alternate_and_a_later_round_keeps_the_alternation(s
         format_prompts(None, ["q"], "instructed")
 
 
+def test_train_space_answers_the_prompt_format_it_is_given(smollm2_path, tmp_path, monkeypatch):
+    """``vllm-cllm train space --prompt-format both`` trains on answers to the alternating
+    prompts (the bare question as users send it, too) and records the format it used."""
+    import vllm_cllm.training.answers as answers_module
+    import vllm_cllm.training.space as space_module
+    from vllm_cllm.cli import main
+    from vllm_cllm.training.cli import _gsm_prompts
+
+    asked = []
+    monkeypatch.setattr(answers_module, "generate_answers",
+                        lambda model, prompts, *a, **kw: asked.extend(prompts) or
+                        [([1], [2]) for _ in prompts])
+    monkeypatch.setattr(space_module, "train_space", lambda model, items, out, config: out)
+    assert main(["train", "space", "--model", smollm2_path, "--out", str(tmp_path),
+                 "--num-prompts", "4", "--seed", "3", "--exclude-eval", "40",
+                 "--prompt-format", "both"]) == 0
+    assert asked == _gsm_prompts(smollm2_path, 4, 3, exclude_eval=40, prompt_format="both")
+    assert json.loads((tmp_path / "train_config.json").read_text())["prompt_format"] == "both"
+
+
 def test_the_gsm_benchmark_evaluates_on_problems_never_seen_in_training():
     """The demos' training prompts (seed 1, 400) hold seed 1000's 34th question; the benchmark
     takes the first 40 of seed 1000 without it, i.e. the 41st in its place."""

@@ -16,6 +16,7 @@ import argparse
 import json
 
 from evaluate import (  # the sibling script: the same problems and flags
+    CONFIGS,
     EVAL_SEED,
     common_arguments,
     evaluation_set,
@@ -24,19 +25,22 @@ from evaluate import (  # the sibling script: the same problems and flags
     quality,
 )
 
-from vllm_cllm.bench.measure import jacobi_row
+from vllm_cllm.bench.measure import measure_in_subprocess
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     common_arguments(parser, problems=32)
+    parser.add_argument("--config", default="tail", choices=[c for c in CONFIGS if c != "none"],
+                        help="the proposer configuration (evaluate.py's names)")
     args = parser.parse_args()
+    spec = CONFIGS[args.config]
     base, tokenizer, chosen = evaluation_set(args.problems)
     rows = []
     for label, path in model_paths(args.model).items():
         for fmt, instructed in (("instruction", True), ("bare", False)):
             batch = prompts(tokenizer, chosen, instructed)
-            run = jacobi_row(path, batch, 15, args.max_tokens, "tail")
+            run = measure_in_subprocess(path, spec, {len(batch): batch}, args.max_tokens)[0]
             answers = run["tokens"]
             rows.append({"model": label, "prompt": fmt,
                          "tokens_per_verify_step": run["tokens_per_verify_step"],
@@ -46,10 +50,11 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "wide.json").write_text(json.dumps(
-        {"problems": args.problems, "seed": EVAL_SEED, "k": 15, "fill": "tail",
+        {"problems": args.problems, "seed": EVAL_SEED, "config": args.config, "spec": spec,
          "max_tokens": args.max_tokens, "rows": rows}, indent=1))
-    table = ["| model | prompt | pure Jacobi | distinct-4 | NLL under base | answer tokens "
-             "| at the limit | accuracy |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    table = [f"| model | prompt | {args.config} tokens / verify step | distinct-4 "
+             "| NLL under base | answer tokens | at the limit | accuracy |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         table.append(f"| {r['model']} | {r['prompt']} | {r['tokens_per_verify_step']:.2f} | "
                      f"{r['distinct_4']:.3f} | {r['nll_under_base']:.3f} | "

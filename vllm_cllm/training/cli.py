@@ -94,10 +94,11 @@ def cmd_space(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     answers = Path(args.answers) if args.answers else out / "answers.jsonl"
     items = _gsm_answers(model, args.num_prompts, args.prompt_seed, args.max_new_tokens, answers,
-                         exclude_eval=args.exclude_eval)
+                         exclude_eval=args.exclude_eval, prompt_format=args.prompt_format)
     (out / "train_config.json").write_text(json.dumps(
         {"base_model": args.model, "num_prompts": args.num_prompts, "prompt_seed": args.prompt_seed,
-         "exclude_eval": args.exclude_eval, "prompts_used": len(items),
+         "prompt_format": args.prompt_format, "exclude_eval": args.exclude_eval,
+         "prompts_used": len(items),
          "answers": str(answers), **asdict(config)}, indent=1))
     print(train_space(model, items, out, config))
     return 0
@@ -135,9 +136,15 @@ def _add_exclude_eval(parser: argparse.ArgumentParser) -> None:
                         "evaluation problems (seed 1000; the benchmarks use at most 40)")
 
 
-def add_train_parser(sub: argparse._SubParsersAction) -> None:
+def _add_prompt_format(parser: argparse.ArgumentParser) -> None:
     from vllm_cllm.training.gsm import PROMPT_FORMATS
 
+    parser.add_argument("--prompt-format", choices=PROMPT_FORMATS, default="instruction",
+                        help="the question with the recipes' instruction, bare (as users ask), "
+                        "or both alternating (even problems instructed)")
+
+
+def add_train_parser(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="make training data and train checkpoints")
     tsub = train.add_subparsers(dest="train_command", required=True)
 
@@ -149,9 +156,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                    help="start at the seed's I-th problem (a later round's new prompts)")
     p.add_argument("--seed", type=_training_seed, default=1,
                    help="gsm_symbolic seed (training seeds only)")
-    p.add_argument("--prompt-format", choices=PROMPT_FORMATS,
-                   default="instruction", help="the question with the recipes' instruction, "
-                   "bare (as users ask), or both alternating (even problems instructed)")
+    _add_prompt_format(p)
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--mode", choices=["noise", "shifted", "jacobi", "onpolicy"], default="noise",
@@ -188,6 +193,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                    help="gsm_symbolic seed (training seeds only); --trainer-seed seeds training")
     p.add_argument("--trainer-seed", dest="seed", type=int, default=None)
     p.add_argument("--max-new-tokens", type=int, default=256)
+    _add_prompt_format(p)
     p.add_argument("--answers", default=None,
                    help="greedy-answer cache (JSON lines; default OUT/answers.jsonl)")
     _add_exclude_eval(p)
