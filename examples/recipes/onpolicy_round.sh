@@ -3,8 +3,7 @@
 # round, new drafts), beside the shifted states of PROMPTS pool prompts not yet used (the pool
 # is $OUT/trajectories.jsonl: the base's answers to seed 3, eval problems excluded; each file's
 # prompts kept apart), STEPS steps from the previous round's adapter.
-# DRAFTS_FORMAT and POOL_FORMAT (default instruction) are each set's train trajectories
-# --prompt-format.
+# DRAFTS_FORMAT and POOL_FORMAT, where set, are each set's train trajectories --prompt-format.
 # Needs OUT, BASE, TRAIN, PROMPTS, STEPS.
 onpolicy_round() {  # round, previous round, first pool prompt, Trainer seed, [training flags]
   local round=$1 previous=$2 first=$3 seed=$4
@@ -12,14 +11,14 @@ onpolicy_round() {  # round, previous round, first pool prompt, Trainer seed, [t
   # a run leaves its adapter merged into $OUT/$previous/model: vLLM serves it as it is
   .venv/bin/vllm-cllm train trajectories --model "$OUT/$previous/model" --num-prompts "$PROMPTS" \
       --seed 3 --exclude-eval 40 --block-size 16 --max-new-tokens 256 --mode onpolicy \
-      --prompt-format "${DRAFTS_FORMAT:-instruction}" \
+      ${DRAFTS_FORMAT:+--prompt-format "$DRAFTS_FORMAT"} \
       --onpolicy-fill tail --max-states 64 --out "$OUT/$round-drafts.jsonl"
   # the pool's shifted states of prompts [first, first + PROMPTS): its cached answers, the
   # same records as in the pool's file
   .venv/bin/vllm-cllm train trajectories --model "$BASE" --num-prompts "$PROMPTS" \
       --first-prompt "$first" --seed 3 --exclude-eval 40 --block-size 16 --max-new-tokens 256 \
       --mode shifted --max-states 16 --answers "$OUT/trajectories.answers.jsonl" \
-      --prompt-format "${POOL_FORMAT:-instruction}" \
+      ${POOL_FORMAT:+--prompt-format "$POOL_FORMAT"} \
       --out "$OUT/$round-pool.jsonl"
   # two files: each one's prompts stay apart (the pool's first, then its own answers)
   .venv/bin/vllm-cllm train cllm --model "$BASE" \

@@ -1,10 +1,11 @@
-"""Pure Jacobi tokens per verify step on more problems than the lock-step evaluation: every
-model's ``fill: tail`` drafting (k 15) on N unseen problems at once, with the recipe's
-instruction and with the bare question (drafting is per request, so the figure does not
-depend on the batch; steps are counted, not timed, and each request's prefill step is left
-out as in the lock-step evaluation). Pure Jacobi is lossless, so its answers
-are the model's greedy ones: their quality (:func:`evaluate.quality`, plus the share that
-runs to the token limit) is reported beside it.
+"""A proposer's tokens per verify step on more problems than the lock-step evaluation: every
+model's pure Jacobi drafting (``fill: tail``, k 15; ``--config space``: ``space`` k 5) on N
+unseen problems at once, with the recipe's instruction and with the bare question. Pure Jacobi
+drafts per request, so its figure does not depend on the batch; ``space``'s lookup history
+holds the other requests' answers too. Steps are counted, not timed, and each request's
+prefill step is left out as in the lock-step evaluation. Drafting is lossless, so the answers
+are the model's greedy ones: their quality (:func:`evaluate.quality`, plus the share that runs
+to the token limit) is reported beside it.
 
     .venv/bin/python experiments/cllm_own_drafts/wide.py --out results/own_drafts_wide \\
         --model base=smollm2-135m-instruct --model demo=smollm2-135m-cllm-gsm --problems 32
