@@ -9,6 +9,7 @@
 # on 2 CPU cores (docs/training.md); a GPU needs no change. Resumable: every step skips what
 # is written and resumes from its last Trainer checkpoint. Evaluation seeds are never trained on.
 #   [OUT=DIR] [STATES=K] [ROUND1_STEPS=N SCHEDULE=M] [LR=X] [ARTIFACT=DIR|'']
+#   [ROUND2_DRAFTS=instruction|both] [ROUND2_POOL=instruction|both]
 #   [ROUND3_DRAFTS=instruction|both] [ROUND3_POOL=instruction|both] [ROUND3_AR_WEIGHT=20]
 #   cllm_gsm_demo.sh
 # ARTIFACT='' leaves the committed artifact as it is (a variant of the recipe).
@@ -33,7 +34,8 @@ TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate "$LR" --ep
 # rounds 2 and 3: own drafts on 100 prompts beside 100 new pool prompts, 200 steps each
 PROMPTS=100 STEPS=200
 source examples/recipes/onpolicy_round.sh
-onpolicy_round round2 round1 400 2 --save-steps 50
+DRAFTS_FORMAT=${ROUND2_DRAFTS:-} POOL_FORMAT=${ROUND2_POOL:-} \
+    onpolicy_round round2 round1 400 2 --save-steps 50
 DRAFTS_FORMAT=${ROUND3_DRAFTS:-} POOL_FORMAT=${ROUND3_POOL:-} \
     onpolicy_round round3 round2 500 4 --save-steps 50 --ar-weight "${ROUND3_AR_WEIGHT:-20}"
 
