@@ -1,0 +1,50 @@
+"""A weight-space average ("model soup") of merged checkpoints that share an ancestor: every
+tensor the mean of the models' tensors, the rest of the first model's folder copied beside it.
+Checkpoints fine-tuned from one round drift in different directions (one prompt format gains,
+the other loses); the average asks whether their skills add up where their drift cancels.
+
+    .venv/bin/python experiments/cllm_own_drafts/soup.py --out results/soup/ce \\
+        results/lr1e3c/round3/model results/lr1e3e/round3/model
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+WEIGHTS = "model.safetensors"
+
+
+def soup(models: list[Path], out: Path) -> int:
+    """Write the mean of ``models``' weights to ``out``; returns the number of tensors."""
+    states = [load_file(str(m / WEIGHTS)) for m in models]
+    names = set(states[0])
+    for model, state in zip(models[1:], states[1:], strict=True):
+        if set(state) != names:
+            raise SystemExit(f"{model} holds other tensors than {models[0]}: not one architecture")
+    out.mkdir(parents=True, exist_ok=True)
+    for item in models[0].iterdir():
+        if item.is_file() and item.name != WEIGHTS:
+            shutil.copy(item, out / item.name)
+    mean = {name: (torch.stack([s[name].float() for s in states]).mean(0))
+            .to(states[0][name].dtype).contiguous() for name in names}
+    save_file(mean, str(out / WEIGHTS), metadata={"format": "pt"})
+    return len(mean)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("models", nargs="+", type=Path, help="merged model folders")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    if len(args.models) < 2:
+        parser.error("a soup needs at least two models")
+    print(f"{soup(args.models, args.out)} tensors averaged into {args.out}")
+
+
+if __name__ == "__main__":
+    main()
