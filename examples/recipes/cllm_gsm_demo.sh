@@ -8,9 +8,11 @@
 # round 3 with AR weight 20 holds the answers to the base's. About 2 h 10 min and 4 CPU-hours
 # on 2 CPU cores (docs/training.md); a GPU needs no change. Resumable: every step skips what
 # is written and resumes from its last Trainer checkpoint. Evaluation seeds are never trained on.
-#   [OUT=DIR] [STATES=K] [ROUND1_STEPS=N SCHEDULE=M] [LR=X] [ARTIFACT=DIR|'']
+#   [OUT=DIR] [STATES=K] [ROUND1_STEPS=N SCHEDULE=M] [LR=X] [ROUND2_LR=X] [ROUND3_LR=X]
+#   [ARTIFACT=DIR|'']
 #   [ROUND2_DRAFTS=instruction|both] [ROUND2_POOL=instruction|both]
 #   [ROUND3_DRAFTS=instruction|both] [ROUND3_POOL=instruction|both] [ROUND3_AR_WEIGHT=20]
+#   [ROUND3_MARGIN=W] (round 3's hinge holding the base's greedy token, weight W)
 #   cllm_gsm_demo.sh
 # ARTIFACT='' leaves the committed artifact as it is (a variant of the recipe).
 set -euo pipefail
@@ -35,9 +37,10 @@ TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate "$LR" --ep
 PROMPTS=100 STEPS=200
 source examples/recipes/onpolicy_round.sh
 DRAFTS_FORMAT=${ROUND2_DRAFTS:-} POOL_FORMAT=${ROUND2_POOL:-} \
-    onpolicy_round round2 round1 400 2 --save-steps 50
+    onpolicy_round round2 round1 400 2 --save-steps 50 --learning-rate "${ROUND2_LR:-$LR}"
 DRAFTS_FORMAT=${ROUND3_DRAFTS:-} POOL_FORMAT=${ROUND3_POOL:-} \
-    onpolicy_round round3 round2 500 4 --save-steps 50 --ar-weight "${ROUND3_AR_WEIGHT:-20}"
+    onpolicy_round round3 round2 500 4 --save-steps 50 --ar-weight "${ROUND3_AR_WEIGHT:-20}" \
+    --learning-rate "${ROUND3_LR:-$LR}" --margin-weight "${ROUND3_MARGIN:-0}"
 
 # the artifact: round 3's adapter in float16, rebuilt by
 # `vllm-cllm model-path smollm2-135m-cllm-gsm`
