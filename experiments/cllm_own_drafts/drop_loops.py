@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from pathlib import Path
+
+from vllm_cllm.training.trajectories import read_trajectories
 
 
 def main() -> None:
@@ -20,12 +23,12 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=256,
                         help="the limit the drafts were recorded with")
     args = parser.parse_args()
-    records = [json.loads(line) for line in args.drafts.open()]
-    kept = [r for r in records if len(r["answer_ids"]) < args.max_new_tokens]
+    records = read_trajectories(args.drafts)  # one file: its prompt ids kept as written
+    kept = [r for r in records if len(r.answer_ids) < args.max_new_tokens]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("".join(json.dumps(r) + "\n" for r in kept))
-    prompts = {r["prompt_id"] for r in records}
-    kept_prompts = {r["prompt_id"] for r in kept}
+    args.out.write_text("".join(json.dumps(asdict(r)) + "\n" for r in kept))
+    prompts = {r.prompt_id for r in records}
+    kept_prompts = {r.prompt_id for r in kept}
     print(f"kept {len(kept)} of {len(records)} records, {len(kept_prompts)} of {len(prompts)} "
           f"prompts -> {args.out}")
 
