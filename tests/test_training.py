@@ -412,6 +412,70 @@ def test_onpolicy_records_pair_each_draft_with_what_was_committed():
     assert len(list(onpolicy_records(outputs, many, n=4, max_per_prompt=2, seed=0))) == 2
 
 
+def _jacobi_replay_without_cache(model, prompt, answer, n, k):
+    """Pure Jacobi decoding along ``answer`` by full forwards: the oracle for the guided
+    drafts' KV-cache replay."""
+    from vllm_cllm.sources.ngram import RandomContextFill
+
+    clean, committed, tail, drafts = prompt + answer, len(prompt) + 1, [], []
+    while committed + n <= len(clean):
+        draft = tail[:k] or RandomContextFill(0)(np.asarray(clean[:committed]), k).tolist()
+        with torch.no_grad():
+            logits = model(torch.tensor([clean[:committed] + draft])).logits[0]
+        predictions = logits[committed - 1:].argmax(-1).tolist()
+        accepted = next((i for i, t in enumerate(draft) if t != clean[committed + i]),
+                        len(draft))
+        drafts.append((committed, draft))
+        committed += accepted + 1
+        tail = predictions[accepted + 1:]
+    return drafts
+
+
+def test_guided_drafts_are_pure_jacobi_along_the_given_answer(tiny):
+    from vllm_cllm.training.guided import guided_drafts
+
+    model, prompt, answer = tiny
+    other = answer[::-1]  # a teacher's answer the model would not give
+    # one batch: courses of different lengths, one too short to draft (its rows leave the
+    # batch at different steps; rejected draft tokens stay masked in the shared cache)
+    courses = [(prompt, answer), (prompt[1:], other), (prompt, answer[:N]),
+               (prompt + answer[:3], answer[3:])]
+    batched = guided_drafts(model, courses, N, N - 1)
+    assert batched[2] == []
+    for (p, course), drafts in zip(courses, batched, strict=True):
+        assert drafts == _jacobi_replay_without_cache(model, p, course, N, N - 1)
+        assert drafts == guided_drafts(model, [(p, course)], N, N - 1)[0]
+        if drafts:
+            starts = [start for start, _ in drafts]
+            assert starts[0] == len(p) + 1 and starts == sorted(set(starts))
+            assert starts[-1] + N <= len(p) + len(course)
+
+
+def test_guided_records_pair_the_models_drafts_with_the_teachers_blocks(tiny, tmp_path):
+    model, prompt, answer = tiny
+    teacher = answer[::-1]
+    records = build_records(3, prompt, teacher, n=N, mode="guided", seed=5, max_states=4,
+                            model=model)
+    again = build_records(3, prompt, teacher, n=N, mode="guided", seed=5, max_states=4,
+                          model=model)
+    assert [r.states for r in records] == [r.states for r in again] and 0 < len(records) <= 4
+    for r in records:
+        start = len(r.context_ids)
+        assert r.prompt_id == 3 and r.context_ids == prompt + teacher[:start - len(prompt)]
+        assert r.fixed_point == teacher[start - len(prompt):start - len(prompt) + N]
+        assert r.answer_ids == teacher and r.states[0] != r.fixed_point
+    # a file of them replays its prompts in batches and resumes at the next unwritten prompt
+    path = tmp_path / "guided.jsonl"
+    items = [(prompt, answer), (prompt, teacher), (prompt[1:], teacher)]
+    write_trajectories(path, items[:1], n=N, mode="guided", seed=5, max_states=4, model=model)
+    write_trajectories(path, items, n=N, mode="guided", seed=5, max_states=4, model=model,
+                       batch_size=2)
+    single = [r for pid, (p, a) in enumerate(items) for r in build_records(
+        pid, p, a, n=N, mode="guided", seed=5, max_states=4, model=model)]
+    assert [(r.prompt_id, r.states) for r in read_trajectories(path)] == [
+        (r.prompt_id, r.states) for r in single]
+
+
 @pytest.mark.engine
 @pytest.mark.parametrize("fill", ["tail", "hybrid"])
 def test_onpolicy_states_are_recorded_from_a_real_engine(tiny_path, tmp_path, fill):

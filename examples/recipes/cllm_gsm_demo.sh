@@ -13,6 +13,7 @@
 #   [ROUND2_DRAFTS=instruction|both] [ROUND2_POOL=instruction|both]
 #   [ROUND3_DRAFTS=instruction|both] [ROUND3_POOL=instruction|both] [ROUND3_AR_WEIGHT=20]
 #   [ROUND3_MARGIN=W] (round 3's hinge holding the base's greedy token, weight W)
+#   [DRAFT_ANSWERS=own|base] (rounds 2 and 3: the drafts along the model's own answers or the base's)
 #   cllm_gsm_demo.sh
 # ARTIFACT='' leaves the committed artifact as it is (a variant of the recipe).
 set -euo pipefail

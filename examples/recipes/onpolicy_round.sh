@@ -3,16 +3,22 @@
 # round, new drafts), beside the shifted states of PROMPTS pool prompts not yet used (the pool
 # is $OUT/trajectories.jsonl: the base's answers to seed 3, eval problems excluded; each file's
 # prompts kept apart), STEPS steps from the previous round's adapter.
-# DRAFTS_FORMAT and POOL_FORMAT, where set, are each set's train trajectories --prompt-format.
+# DRAFTS_FORMAT and POOL_FORMAT, where set, are each set's train trajectories --prompt-format;
+# DRAFT_ANSWERS=base records the drafts along the base's answers instead of the model's own
+# (`--mode guided`: the model's noise, the base's fixed points).
 # Needs OUT, BASE, TRAIN, PROMPTS, STEPS.
 onpolicy_round() {  # round, previous round, first pool prompt, Trainer seed, [training flags]
   local round=$1 previous=$2 first=$3 seed=$4
   shift 4  # the rest overrides the shared training flags (a later flag wins)
   # a run leaves its adapter merged into $OUT/$previous/model: vLLM serves it as it is
+  local course=(--mode onpolicy --onpolicy-fill tail)
+  if [[ "${DRAFT_ANSWERS:-own}" == base ]]; then  # its drafts along the base's cached answers
+    course=(--mode guided --answer-model "$BASE" --answers "$OUT/trajectories.answers.jsonl")
+  fi
   .venv/bin/vllm-cllm train trajectories --model "$OUT/$previous/model" --num-prompts "$PROMPTS" \
-      --seed 3 --exclude-eval 40 --block-size 16 --max-new-tokens 256 --mode onpolicy \
+      --seed 3 --exclude-eval 40 --block-size 16 --max-new-tokens 256 "${course[@]}" \
       ${DRAFTS_FORMAT:+--prompt-format "$DRAFTS_FORMAT"} \
-      --onpolicy-fill tail --max-states 64 --out "$OUT/$round-drafts.jsonl"
+      --max-states 64 --out "$OUT/$round-drafts.jsonl"
   # the pool's shifted states of prompts [first, first + PROMPTS): its cached answers, the
   # same records as in the pool's file
   .venv/bin/vllm-cllm train trajectories --model "$BASE" --num-prompts "$PROMPTS" \

@@ -39,6 +39,10 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
 
     from vllm_cllm.training.trajectories import write_trajectories
 
+    if args.answer_model and args.mode != "guided":
+        raise SystemExit("vllm-cllm train trajectories: --answer-model is for --mode guided "
+                         f"(the other modes' fixed points are --model's answers); got --mode "
+                         f"{args.mode}")
     model = resolve_model(args.model)
     out = Path(args.out)
     if args.mode == "onpolicy":
@@ -54,11 +58,12 @@ def cmd_trajectories(args: argparse.Namespace) -> int:
         print(f"{written} new records in {out}")
         return 0
     answers = Path(args.answers) if args.answers else out.with_name(out.stem + ".answers.jsonl")
-    items = _gsm_answers(model, args.num_prompts, args.seed, args.max_new_tokens, answers,
+    answer_model = resolve_model(args.answer_model) if args.answer_model else model
+    items = _gsm_answers(answer_model, args.num_prompts, args.seed, args.max_new_tokens, answers,
                          args.ray_workers, args.exclude_eval, args.first_prompt,
                          args.prompt_format)
     hf_model = None
-    if args.mode == "jacobi":
+    if args.mode in ("jacobi", "guided"):
         import torch
 
         hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
@@ -159,12 +164,18 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     _add_prompt_format(p)
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--mode", choices=["noise", "shifted", "jacobi", "onpolicy"], default="noise",
+    p.add_argument("--mode", choices=["noise", "shifted", "jacobi", "onpolicy", "guided"],
+                   default="noise",
                    help="noise: progressive noise from the fixed point; shifted: the same "
                    "prefixes, behind them the fixed point one late or noise; jacobi: real Jacobi "
-                   "iterates (transformers); onpolicy: the drafts `jacobi` verifies in vLLM")
+                   "iterates (transformers); onpolicy: the drafts `jacobi` verifies in vLLM; "
+                   "guided: --model's pure Jacobi drafts along --answer-model's answers "
+                   "(transformers)")
+    p.add_argument("--answer-model", default=None,
+                   help="guided: the model whose greedy answers are the fixed points "
+                   "(default --model), e.g. the base model")
     p.add_argument("--max-states", type=int, default=4,
-                   help="states kept per block (onpolicy: per prompt)")
+                   help="states kept per block (onpolicy, guided: per prompt)")
     p.add_argument("--onpolicy-fill", choices=["tail", "hybrid"], default="tail",
                    help="onpolicy: the drafts of `jacobi` with this fill (tail: pure Jacobi "
                    "iterates; hybrid: what the shipped proposer verifies)")

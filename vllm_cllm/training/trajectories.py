@@ -10,7 +10,9 @@ Two ways to get the states in between:
   by context tokens at progressive noise levels (Jacobi Forcing); no forward pass at all;
 * ``shifted``: the same prefixes, the rest being the fixed point one position late or context
   tokens, one of the two per state: what a pure Jacobi draft behind a rejected token mostly
-  is (the right tokens one slot late, or other tokens of the answer), again without a forward.
+  is (the right tokens one slot late, or other tokens of the answer), again without a forward;
+* ``guided``: a model's own pure Jacobi drafts along the answer (:mod:`.guided`): the drafts
+  of inference, the answer's fixed points.
 
 Records are JSON lines (see :class:`TrajectoryRecord`); a build resumes where it stopped.
 """
@@ -25,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-MODES = ("noise", "shifted", "jacobi")
+MODES = ("noise", "shifted", "jacobi", "guided")
 
 
 @dataclass
@@ -131,9 +133,16 @@ def blocks_of(prompt_ids: list[int], answer_ids: list[int], n: int
 def build_records(prompt_id: int, prompt_ids: list[int], answer_ids: list[int], *, n: int,
                   mode: str, seed: int, max_states: int, model: Any = None
                   ) -> list[TrajectoryRecord]:
-    """Every block's record for one prompt; deterministic in (seed, prompt_id)."""
+    """Every block's record for one prompt; deterministic in (seed, prompt_id).
+
+    ``guided`` keeps at most ``max_states`` records for the prompt, one state each."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+    if mode == "guided":
+        from vllm_cllm.training.guided import guided_records
+
+        return guided_records(model, prompt_id, prompt_ids, answer_ids, n=n,
+                              max_states=max_states, seed=seed)
     rng = np.random.default_rng([seed, prompt_id])
     records = []
     for j, context, fixed in blocks_of(prompt_ids, answer_ids, n):
@@ -161,30 +170,41 @@ def done_prompt_ids(path: Path) -> set[int]:
 
 def write_trajectories(path: Path, items: list[tuple[list[int], list[int]]], *, n: int,
                        mode: str, seed: int, max_states: int, model: Any = None,
-                       first: int = 0) -> int:
+                       first: int = 0, batch_size: int = 8) -> int:
     """Append records for every (prompt_ids, answer_ids) not yet in ``path``; returns count.
 
     ``items`` are the seed's problems from the ``first``-th on, whose prompt ids count from
     ``first``: a slice of the problems gets the same records as in a file of them all.
     One line per block; a prompt's lines are written together and flushed, so an
-    interrupted build resumes at the next prompt.
+    interrupted build resumes at the next prompt (``guided`` replays ``batch_size`` prompts
+    at a time and writes them as they finish together).
     """
     from tqdm import tqdm
 
     path.parent.mkdir(parents=True, exist_ok=True)
     done = done_prompt_ids(path)
+    todo = [(pid, prompt_ids, answer_ids)
+            for pid, (prompt_ids, answer_ids) in enumerate(items, start=first) if pid not in done]
+    size = batch_size if mode == "guided" else 1
     written = 0
-    with path.open("a") as f:
-        for pid, (prompt_ids, answer_ids) in enumerate(tqdm(items, desc=f"trajectories/{mode}"),
-                                                       start=first):
-            if pid in done:
-                continue
-            lines = [json.dumps(asdict(r)) for r in build_records(
-                pid, prompt_ids, answer_ids, n=n, mode=mode, seed=seed, max_states=max_states,
-                model=model)]
+    with path.open("a") as f, tqdm(total=len(items), initial=len(items) - len(todo),
+                                   desc=f"trajectories/{mode}") as progress:
+        for at in range(0, len(todo), size):
+            chunk = todo[at:at + size]
+            if mode == "guided":
+                from vllm_cllm.training.guided import guided_batch_records
+
+                per_prompt = guided_batch_records(model, chunk, n=n, max_states=max_states,
+                                                  seed=seed)
+            else:
+                per_prompt = [build_records(pid, prompt_ids, answer_ids, n=n, mode=mode,
+                                            seed=seed, max_states=max_states, model=model)
+                              for pid, prompt_ids, answer_ids in chunk]
+            lines = [json.dumps(asdict(r)) for records in per_prompt for r in records]
             f.write("".join(line + "\n" for line in lines))
             f.flush()
             written += len(lines)
+            progress.update(len(chunk))
     return written
 
 
