@@ -71,8 +71,9 @@ def guided_drafts(model: Any, courses: list[tuple[list[int], list[int]]], n: int
                                                         *draft.tolist()])
             positions = (torch.tensor([committed[i] - 1 for i in rows]).unsqueeze(1)
                          + torch.arange(k + 1))
+            mask = torch.cat([visible, torch.ones((len(rows), k + 1), dtype=torch.long)],
+                             dim=1)  # the step's own tokens: causal among themselves
             new = torch.zeros((len(rows), k + 1), dtype=torch.long)
-            mask = torch.cat([visible, torch.ones_like(new)], dim=1)  # causal within the step
             logits = model(input_ids=ids, attention_mask=mask, position_ids=positions,
                            past_key_values=cache, use_cache=True).logits
             predictions = logits.argmax(-1).numpy()
@@ -96,18 +97,12 @@ def guided_drafts(model: Any, courses: list[tuple[list[int], list[int]]], n: int
     return drafts
 
 
-def guided_records(model: Any, prompt_id: int, prompt: list[int], answer: list[int], *,
-                   n: int, max_states: int, seed: int) -> list[TrajectoryRecord]:
-    """One prompt's records from its guided drafts (as :func:`.onpolicy.prompt_records`:
-    states that differ from their full n-token fixed point, at most ``max_states``, a seeded
-    choice kept in decoding order); deterministic in (seed, prompt_id)."""
-    return guided_batch_records(model, [(prompt_id, prompt, answer)], n=n,
-                                max_states=max_states, seed=seed)[0]
-
-
 def guided_batch_records(model: Any, items: list[tuple[int, list[int], list[int]]], *, n: int,
                          max_states: int, seed: int) -> list[list[TrajectoryRecord]]:
-    """:func:`guided_records` for several (prompt_id, prompt, answer) in one batch."""
+    """Each (prompt_id, prompt, answer)'s records from its guided drafts, replayed in one
+    batch (as :func:`.onpolicy.prompt_records`: states that differ from their full n-token
+    fixed point, at most ``max_states`` a prompt, a seeded choice kept in decoding order);
+    deterministic in (seed, prompt_id)."""
     drafts = guided_drafts(model, [(prompt, answer) for _, prompt, answer in items], n, n - 1)
     return [prompt_records(pid, prompt, answer, course, n, max_states,
                            np.random.default_rng([seed, pid]))

@@ -139,10 +139,10 @@ def build_records(prompt_id: int, prompt_ids: list[int], answer_ids: list[int], 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
     if mode == "guided":
-        from vllm_cllm.training.guided import guided_records
+        from vllm_cllm.training.guided import guided_batch_records
 
-        return guided_records(model, prompt_id, prompt_ids, answer_ids, n=n,
-                              max_states=max_states, seed=seed)
+        return guided_batch_records(model, [(prompt_id, prompt_ids, answer_ids)], n=n,
+                                    max_states=max_states, seed=seed)[0]
     rng = np.random.default_rng([seed, prompt_id])
     records = []
     for j, context, fixed in blocks_of(prompt_ids, answer_ids, n):
@@ -181,6 +181,8 @@ def write_trajectories(path: Path, items: list[tuple[list[int], list[int]]], *, 
     """
     from tqdm import tqdm
 
+    from vllm_cllm.training.guided import guided_batch_records  # imports this module
+
     path.parent.mkdir(parents=True, exist_ok=True)
     done = done_prompt_ids(path)
     todo = [(pid, prompt_ids, answer_ids)
@@ -192,8 +194,6 @@ def write_trajectories(path: Path, items: list[tuple[list[int], list[int]]], *, 
         for at in range(0, len(todo), size):
             chunk = todo[at:at + size]
             if mode == "guided":
-                from vllm_cllm.training.guided import guided_batch_records
-
                 per_prompt = guided_batch_records(model, chunk, n=n, max_states=max_states,
                                                   seed=seed)
             else:
