@@ -217,6 +217,64 @@ def test_base_anchored_margin_holds_the_base_models_greedy_token(tiny, tiny_path
     assert own["margin"] > anchored["margin"]
 
 
+def test_repeated_ngram_ends_mark_the_tokens_that_lower_distinct_n():
+    from vllm_cllm.training.losses import repeated_ngram_ends
+    from vllm_cllm.training.quality import distinct_n
+
+    tokens = [1, 2, 3, 1, 2, 3, 1, 2, 4]
+    ends = repeated_ngram_ends(tokens, 2)
+    assert ends == [False, False, False, False, True, True, True, True, False]
+    grams = len(tokens) - 1
+    assert distinct_n(tokens, 2) == pytest.approx((grams - sum(ends)) / grams)
+
+
+def test_repeat_excess_pulls_only_repeats_the_student_is_surer_of():
+    from vllm_cllm.training.losses import repeat_excess
+
+    reference = torch.zeros(3, 4)
+    reference[:, 0] = 2.0  # the reference's p(token 0) at every position
+    student = reference.clone().requires_grad_(True)
+    with torch.no_grad():
+        student[0, 0] = 4.0  # surer of the repeat at position 0
+        student[1, 0] = 0.0  # less sure at position 1
+        student[2, 0] = 4.0  # surer at position 2, which is no repeat
+    targets = torch.zeros(3, dtype=torch.long)
+    repeats = torch.tensor([True, True, False])
+    loss = repeat_excess(student, reference, targets, repeats)
+    log_ratio = (torch.log_softmax(student.detach(), -1) - torch.log_softmax(reference, -1))[0, 0]
+    assert float(loss.detach()) == pytest.approx(float(log_ratio) / 3)
+    loss.backward()
+    assert student.grad[0, 0] > 0 and student.grad[1:].abs().sum() == 0
+
+
+def test_base_anchored_repeat_term_scores_the_answers_repeats(tiny, tiny_path):
+    """The repeat term is logged, adds to the loss, and is refused without the base anchor."""
+    from transformers import AutoModelForCausalLM
+
+    from vllm_cllm.training.cllm import CllmConfig, cllm_loss, collate, train_cllm
+    from vllm_cllm.training.packing import pack_prompt
+    from vllm_cllm.training.trainer import with_lora
+
+    _, prompt, greedy = tiny
+    answer = (greedy[:4] * 4)[:len(greedy)]  # a looping answer
+    batch = collate([pack_prompt(build_records(0, prompt, answer, n=N, mode="noise", seed=3,
+                                               max_states=2))], repeat_ngram=2)
+    marked = batch["repeats"][0, len(prompt):len(prompt) + len(answer)]
+    assert marked.any() and not batch["repeats"][0, :len(prompt)].any()
+    model = with_lora(AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32), 4, 4)
+    torch.manual_seed(0)
+    for parameter in model.parameters():  # a trained adapter: the student differs from the base
+        if parameter.requires_grad:
+            parameter.data.normal_(0, 0.2)
+    plain, parts = cllm_loss(model, batch, CllmConfig(anchor="base"))
+    with_repeats, repeat_parts = cllm_loss(model, batch,
+                                           CllmConfig(anchor="base", repeat_weight=2.0))
+    assert "repeat" not in parts and repeat_parts["repeat"] > 0
+    assert float(with_repeats - plain) == pytest.approx(2.0 * repeat_parts["repeat"], rel=1e-4)
+    with pytest.raises(ValueError, match="anchor 'base'"):
+        train_cllm(tiny_path, [], "/nonexistent", CllmConfig(anchor="self", repeat_weight=1.0))
+
+
 def test_ar_loss_matches_transformers(tiny):
     model, prompt, answer = tiny
     ids = torch.tensor([prompt + answer])

@@ -14,6 +14,8 @@
 #   [ROUND3_DRAFTS=instruction|both] [ROUND3_POOL=instruction|both] [ROUND3_AR_WEIGHT=20]
 #   [ROUND3_MARGIN=W] (round 3's hinge holding the base's greedy token, weight W)
 #   [DRAFT_ANSWERS=own|base] (rounds 2 and 3: the drafts along the model's own answers or the base's)
+#   [REPEAT_WEIGHT=W] (rounds 2 and 3: weight of the answers' repeated 4-grams the model is
+#   surer of than the base)
 #   cllm_gsm_demo.sh
 # ARTIFACT='' leaves the committed artifact as it is (a variant of the recipe).
 set -euo pipefail
@@ -38,10 +40,12 @@ TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate "$LR" --ep
 PROMPTS=100 STEPS=200
 source examples/recipes/onpolicy_round.sh
 DRAFTS_FORMAT=${ROUND2_DRAFTS:-} POOL_FORMAT=${ROUND2_POOL:-} \
-    onpolicy_round round2 round1 400 2 --save-steps 50 --learning-rate "${ROUND2_LR:-$LR}"
+    onpolicy_round round2 round1 400 2 --save-steps 50 --learning-rate "${ROUND2_LR:-$LR}" \
+    --repeat-weight "${REPEAT_WEIGHT:-0}"
 DRAFTS_FORMAT=${ROUND3_DRAFTS:-} POOL_FORMAT=${ROUND3_POOL:-} \
     onpolicy_round round3 round2 500 4 --save-steps 50 --ar-weight "${ROUND3_AR_WEIGHT:-20}" \
-    --learning-rate "${ROUND3_LR:-$LR}" --margin-weight "${ROUND3_MARGIN:-0}"
+    --learning-rate "${ROUND3_LR:-$LR}" --margin-weight "${ROUND3_MARGIN:-0}" \
+    --repeat-weight "${REPEAT_WEIGHT:-0}"
 
 # the artifact: round 3's adapter in float16, rebuilt by
 # `vllm-cllm model-path smollm2-135m-cllm-gsm`

@@ -27,7 +27,13 @@ from typing import Any
 import torch
 
 from vllm_cllm.training.batching import pad_packed_rows
-from vllm_cllm.training.losses import ar_loss, consistency_loss, position_weights
+from vllm_cllm.training.losses import (
+    ar_loss,
+    consistency_loss,
+    position_weights,
+    repeat_excess,
+    repeated_ngram_ends,
+)
 from vllm_cllm.training.packing import PackedExample, group_by_prompt, pack_prompt
 from vllm_cllm.training.trainer import (
     logging_trainer_class,
@@ -49,6 +55,9 @@ class CllmConfig:
     margin_weight: float = 0.0  # hinge on the greedy token's logit margin on the clean answer
     # (anchor "base": the base model's greedy token there, so the answers stay the base's)
     margin: float = 2.0  # the margin (logits) below which the hinge pushes
+    repeat_weight: float = 0.0  # anchor "base": weight of the answer's repeated n-grams the
+    # student is surer of than the base (losses.repeat_excess); 0 leaves it out
+    repeat_ngram: int = 4  # n of those n-grams (4: the distinct-4 the quality checks use)
     learning_rate: float = 1e-4
     epochs: float = 1.0
     batch_size: int = 1  # prompts per device step (each is one packed row)
@@ -83,15 +92,26 @@ class TrajectoryDataset(torch.utils.data.Dataset):
         return pack_prompt(self.groups[idx], **self.options)
 
 
-def collate(examples: list[PackedExample], pad_id: int = 0) -> dict[str, torch.Tensor]:
-    """Pad packed rows to the longest; loss indices become flat indices into [B*L]."""
+def collate(examples: list[PackedExample], pad_id: int = 0, repeat_ngram: int = 4
+            ) -> dict[str, torch.Tensor]:
+    """Pad packed rows to the longest; loss indices become flat indices into [B*L].
+
+    ``repeats`` [B, L] marks the answer tokens that complete an answer ``repeat_ngram``-gram
+    seen earlier in the same answer.
+    """
     rows = []
     for e in examples:
         labels = torch.full_like(e.input_ids, -100)
         labels[e.answer_start:e.clean_len] = e.input_ids[e.answer_start:e.clean_len]
         rows.append((e.input_ids, e.position_ids, labels, e.attention))
     batch, width = pad_packed_rows(rows, pad_id)
-    return {**batch, "clean_width": torch.tensor(max(e.clean_len for e in examples)),
+    repeats = torch.zeros_like(batch["labels"], dtype=torch.bool)
+    for b, e in enumerate(examples):
+        answer = e.input_ids[e.answer_start:e.clean_len].tolist()
+        repeats[b, e.answer_start:e.clean_len] = torch.tensor(
+            repeated_ngram_ends(answer, repeat_ngram), dtype=torch.bool)
+    return {**batch, "repeats": repeats,
+            "clean_width": torch.tensor(max(e.clean_len for e in examples)),
             "student_index": torch.cat([e.student_index + b * width
                                         for b, e in enumerate(examples)]),
             "teacher_index": torch.cat([e.teacher_index + b * width
@@ -162,6 +182,9 @@ def cllm_loss(model: Any, batch: dict[str, torch.Tensor], config: CllmConfig,
                                          device=clean.device))
         if config.margin_weight:  # hold the base's greedy token, not the answer's
             hinge = margin_hinge(clean, clean_reference.argmax(-1), config.margin)
+        if config.repeat_weight:
+            repeat = repeat_excess(clean, clean_reference, batch["labels"][:, 1:width][answer],
+                                   batch["repeats"][:, 1:width][answer])
         with torch.no_grad():  # the share of clean positions whose greedy token is the base's
             agreement = (clean.argmax(-1) == clean_reference.argmax(-1)).float().mean()
     else:
@@ -175,6 +198,9 @@ def cllm_loss(model: Any, batch: dict[str, torch.Tensor], config: CllmConfig,
     if config.margin_weight:
         total = total + config.margin_weight * hinge
         parts["margin"] = float(hinge.detach())
+    if config.repeat_weight:
+        total = total + config.repeat_weight * repeat
+        parts["repeat"] = float(repeat.detach())
     with torch.no_grad():
         hits = (student.argmax(-1) == teacher.argmax(-1)) & mask
         accuracy = hits.sum() / mask.sum().clamp_min(1)
@@ -213,6 +239,11 @@ def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | 
         model = with_lora(model, config.lora_rank, config.lora_alpha)
     if config.anchor not in ("base", "self"):
         raise ValueError(f"anchor must be 'base' or 'self'; got {config.anchor!r}")
+    if config.repeat_ngram < 1:
+        raise ValueError(f"repeat_ngram must be at least 1; got {config.repeat_ngram}")
+    if config.repeat_weight and config.anchor != "base":
+        raise ValueError("repeat_weight compares the student's repeats with the base model's:"
+                         " it needs anchor 'base'")
     if config.anchor == "base" and config.consistency != "global":
         raise ValueError("anchor 'base' needs the global consistency loss (the base model's "
                          "teacher is its output on the clean sequence)")
@@ -226,6 +257,7 @@ def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | 
                           train_dataset=TrajectoryDataset(records, config.consistency,
                                                         config.states_per_block, config.seed,
                                                         config.consistency_window),
-                          data_collator=lambda items: collate(items, pad_id))
+                          data_collator=lambda items: collate(items, pad_id,
+                                                                 config.repeat_ngram))
     return train_and_save(trainer, model, tokenizer, out, lora=bool(config.lora_rank),
                           resume=resume, stop_step=config.stop_step)

@@ -62,3 +62,31 @@ def block_mask(states: torch.Tensor, fixed: torch.Tensor, window: int = 0) -> to
     if window > 0:
         after &= positions <= first.unsqueeze(-1) + window
     return after
+
+
+def repeated_ngram_ends(tokens: list[int], n: int) -> list[bool]:
+    """Per token: whether it completes an n-gram that already occurred earlier in ``tokens``
+    (the tokens that lower the distinct-n ratio)."""
+    seen: set[tuple[int, ...]] = set()
+    ends = [False] * len(tokens)
+    for t in range(n - 1, len(tokens)):
+        gram = tuple(tokens[t - n + 1:t + 1])
+        ends[t] = gram in seen
+        seen.add(gram)
+    return ends
+
+
+def repeat_excess(student_logits: torch.Tensor, reference_logits: torch.Tensor,
+                  targets: torch.Tensor, repeats: torch.Tensor) -> torch.Tensor:
+    """Sum of relu(log p_student - log p_reference) of the repeating targets, per position.
+
+    Shapes: logits [N, V], targets and repeats [N]; the sum over the ``repeats`` positions
+    is divided by N (all answer positions), so the term grows with how much of the answer
+    repeats. One-sided: it pulls down only a repetition the student is surer of than the
+    reference, so it holds the reference's own rate of repeats rather than removing them.
+    """
+    student = F.log_softmax(student_logits.float(), dim=-1)
+    reference = F.log_softmax(reference_logits.detach().float(), dim=-1)
+    gold = targets.unsqueeze(-1)
+    excess = (student.gather(-1, gold) - reference.gather(-1, gold)).squeeze(-1)
+    return (torch.relu(excess) * repeats.to(excess.dtype)).sum() / max(len(targets), 1)
