@@ -252,23 +252,27 @@ def test_base_anchored_repeat_term_scores_the_answers_repeats(tiny, tiny_path):
     from transformers import AutoModelForCausalLM
 
     from vllm_cllm.training.cllm import CllmConfig, cllm_loss, collate, train_cllm
+    from vllm_cllm.training.losses import repeat_mask, repeated_ngram_ends
     from vllm_cllm.training.packing import pack_prompt
     from vllm_cllm.training.trainer import with_lora
 
     _, prompt, greedy = tiny
     answer = (greedy[:4] * 4)[:len(greedy)]  # a looping answer
     batch = collate([pack_prompt(build_records(0, prompt, answer, n=N, mode="noise", seed=3,
-                                               max_states=2))], repeat_ngram=2)
-    marked = batch["repeats"][0, len(prompt):len(prompt) + len(answer)]
-    assert marked.any() and not batch["repeats"][0, :len(prompt)].any()
+                                               max_states=2))])
+    repeats = repeat_mask(batch["labels"], 2)
+    marked = repeats[0, len(prompt):len(prompt) + len(answer)]
+    assert marked.tolist() == repeated_ngram_ends(answer, 2)
+    assert marked.any() and not repeats[0, :len(prompt)].any()
+    assert not repeats[0, len(prompt) + len(answer):].any()
     model = with_lora(AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32), 4, 4)
     torch.manual_seed(0)
     for parameter in model.parameters():  # a trained adapter: the student differs from the base
         if parameter.requires_grad:
             parameter.data.normal_(0, 0.2)
-    plain, parts = cllm_loss(model, batch, CllmConfig(anchor="base"))
-    with_repeats, repeat_parts = cllm_loss(model, batch,
-                                           CllmConfig(anchor="base", repeat_weight=2.0))
+    plain, parts = cllm_loss(model, batch, CllmConfig(anchor="base", repeat_ngram=2))
+    with_repeats, repeat_parts = cllm_loss(
+        model, batch, CllmConfig(anchor="base", repeat_weight=2.0, repeat_ngram=2))
     assert "repeat" not in parts and repeat_parts["repeat"] > 0
     assert float(with_repeats - plain) == pytest.approx(2.0 * repeat_parts["repeat"], rel=1e-4)
     with pytest.raises(ValueError, match="anchor 'base'"):

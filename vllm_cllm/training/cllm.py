@@ -32,7 +32,7 @@ from vllm_cllm.training.losses import (
     consistency_loss,
     position_weights,
     repeat_excess,
-    repeated_ngram_ends,
+    repeat_mask,
 )
 from vllm_cllm.training.packing import PackedExample, group_by_prompt, pack_prompt
 from vllm_cllm.training.trainer import (
@@ -92,26 +92,15 @@ class TrajectoryDataset(torch.utils.data.Dataset):
         return pack_prompt(self.groups[idx], **self.options)
 
 
-def collate(examples: list[PackedExample], pad_id: int = 0, repeat_ngram: int = 4
-            ) -> dict[str, torch.Tensor]:
-    """Pad packed rows to the longest; loss indices become flat indices into [B*L].
-
-    ``repeats`` [B, L] marks the answer tokens that complete an answer ``repeat_ngram``-gram
-    seen earlier in the same answer.
-    """
+def collate(examples: list[PackedExample], pad_id: int = 0) -> dict[str, torch.Tensor]:
+    """Pad packed rows to the longest; loss indices become flat indices into [B*L]."""
     rows = []
     for e in examples:
         labels = torch.full_like(e.input_ids, -100)
         labels[e.answer_start:e.clean_len] = e.input_ids[e.answer_start:e.clean_len]
         rows.append((e.input_ids, e.position_ids, labels, e.attention))
     batch, width = pad_packed_rows(rows, pad_id)
-    repeats = torch.zeros_like(batch["labels"], dtype=torch.bool)
-    for b, e in enumerate(examples):
-        answer = e.input_ids[e.answer_start:e.clean_len].tolist()
-        repeats[b, e.answer_start:e.clean_len] = torch.tensor(
-            repeated_ngram_ends(answer, repeat_ngram), dtype=torch.bool)
-    return {**batch, "repeats": repeats,
-            "clean_width": torch.tensor(max(e.clean_len for e in examples)),
+    return {**batch, "clean_width": torch.tensor(max(e.clean_len for e in examples)),
             "student_index": torch.cat([e.student_index + b * width
                                         for b, e in enumerate(examples)]),
             "teacher_index": torch.cat([e.teacher_index + b * width
@@ -183,8 +172,9 @@ def cllm_loss(model: Any, batch: dict[str, torch.Tensor], config: CllmConfig,
         if config.margin_weight:  # hold the base's greedy token, not the answer's
             hinge = margin_hinge(clean, clean_reference.argmax(-1), config.margin)
         if config.repeat_weight:
+            repeats = repeat_mask(batch["labels"], config.repeat_ngram)[:, 1:width][answer]
             repeat = repeat_excess(clean, clean_reference, batch["labels"][:, 1:width][answer],
-                                   batch["repeats"][:, 1:width][answer])
+                                   repeats)
         with torch.no_grad():  # the share of clean positions whose greedy token is the base's
             agreement = (clean.argmax(-1) == clean_reference.argmax(-1)).float().mean()
     else:
@@ -257,7 +247,6 @@ def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | 
                           train_dataset=TrajectoryDataset(records, config.consistency,
                                                         config.states_per_block, config.seed,
                                                         config.consistency_window),
-                          data_collator=lambda items: collate(items, pad_id,
-                                                                 config.repeat_ngram))
+                          data_collator=lambda items: collate(items, pad_id))
     return train_and_save(trainer, model, tokenizer, out, lora=bool(config.lora_rank),
                           resume=resume, stop_step=config.stop_step)

@@ -76,6 +76,17 @@ def repeated_ngram_ends(tokens: list[int], n: int) -> list[bool]:
     return ends
 
 
+def repeat_mask(labels: torch.Tensor, n: int) -> torch.Tensor:
+    """[B, L] bool: the labelled (answer) tokens of each row that complete an n-gram already
+    in that row's answer (:func:`repeated_ngram_ends` on its labels other than -100)."""
+    mask = torch.zeros(labels.shape, dtype=torch.bool)
+    for row, row_labels in zip(mask, labels.cpu(), strict=True):
+        answer = row_labels != -100
+        row[answer] = torch.tensor(repeated_ngram_ends(row_labels[answer].tolist(), n),
+                                   dtype=torch.bool)
+    return mask.to(labels.device)
+
+
 def repeat_excess(student_logits: torch.Tensor, reference_logits: torch.Tensor,
                   targets: torch.Tensor, repeats: torch.Tensor) -> torch.Tensor:
     """Sum of relu(log p_student - log p_reference) of the repeating targets, per position.
