@@ -218,8 +218,7 @@ def test_base_anchored_margin_holds_the_base_models_greedy_token(tiny, tiny_path
 
 
 def test_repeated_ngram_ends_mark_the_tokens_that_lower_distinct_n():
-    from vllm_cllm.training.losses import repeated_ngram_ends
-    from vllm_cllm.training.quality import distinct_n
+    from vllm_cllm.training.quality import distinct_n, repeated_ngram_ends
 
     tokens = [1, 2, 3, 1, 2, 3, 1, 2, 4]
     ends = repeated_ngram_ends(tokens, 2)
@@ -252,8 +251,9 @@ def test_base_anchored_repeat_term_scores_the_answers_repeats(tiny, tiny_path):
     from transformers import AutoModelForCausalLM
 
     from vllm_cllm.training.cllm import CllmConfig, cllm_loss, collate, train_cllm
-    from vllm_cllm.training.losses import repeat_mask, repeated_ngram_ends
+    from vllm_cllm.training.losses import repeat_mask
     from vllm_cllm.training.packing import pack_prompt
+    from vllm_cllm.training.quality import repeated_ngram_ends
     from vllm_cllm.training.trainer import with_lora
 
     _, prompt, greedy = tiny

@@ -164,7 +164,8 @@ def cllm_loss(model: Any, batch: dict[str, torch.Tensor], config: CllmConfig,
         index = batch["teacher_index"]
         teacher = reference.reshape(-1, reference.shape[-1])[
             (index // row_width) * width + index % row_width]
-        answer = batch["labels"][:, 1:width] != -100  # logits at t predict the token t + 1
+        labels = batch["labels"][:, 1:width]  # logits at t predict the token t + 1
+        answer = labels != -100
         clean, clean_reference = logits[:, :width - 1][answer], reference[:, :-1][answer]
         ar = consistency_loss(clean, clean_reference,
                               torch.ones(int(answer.sum()), dtype=torch.bool,
@@ -173,8 +174,7 @@ def cllm_loss(model: Any, batch: dict[str, torch.Tensor], config: CllmConfig,
             hinge = margin_hinge(clean, clean_reference.argmax(-1), config.margin)
         if config.repeat_weight:
             repeats = repeat_mask(batch["labels"], config.repeat_ngram)[:, 1:width][answer]
-            repeat = repeat_excess(clean, clean_reference, batch["labels"][:, 1:width][answer],
-                                   repeats)
+            repeat = repeat_excess(clean, clean_reference, labels[answer], repeats)
         with torch.no_grad():  # the share of clean positions whose greedy token is the base's
             agreement = (clean.argmax(-1) == clean_reference.argmax(-1)).float().mean()
     else:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from vllm_cllm.training.quality import repeated_ngram_ends
+
 
 def consistency_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
                      mask: torch.Tensor) -> torch.Tensor:
@@ -62,18 +64,6 @@ def block_mask(states: torch.Tensor, fixed: torch.Tensor, window: int = 0) -> to
     if window > 0:
         after &= positions <= first.unsqueeze(-1) + window
     return after
-
-
-def repeated_ngram_ends(tokens: list[int], n: int) -> list[bool]:
-    """Per token: whether it completes an n-gram that already occurred earlier in ``tokens``
-    (the tokens that lower the distinct-n ratio)."""
-    seen: set[tuple[int, ...]] = set()
-    ends = [False] * len(tokens)
-    for t in range(n - 1, len(tokens)):
-        gram = tuple(tokens[t - n + 1:t + 1])
-        ends[t] = gram in seen
-        seen.add(gram)
-    return ends
 
 
 def repeat_mask(labels: torch.Tensor, n: int) -> torch.Tensor:

@@ -12,10 +12,22 @@ from typing import Any
 from vllm_cllm.training.gsm import final_answer
 
 
+def repeated_ngram_ends(tokens: list[int], n: int) -> list[bool]:
+    """Per token: whether it completes an n-gram that already occurred earlier in ``tokens``
+    (the tokens that lower the distinct-n ratio)."""
+    seen: set[tuple[int, ...]] = set()
+    ends = [False] * len(tokens)
+    for t in range(n - 1, len(tokens)):
+        gram = tuple(tokens[t - n + 1:t + 1])
+        ends[t] = gram in seen
+        seen.add(gram)
+    return ends
+
+
 def distinct_n(tokens: list[int], n: int = 4) -> float:
     """Unique n-grams / n-grams in one answer (1.0 when it is too short to repeat)."""
-    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
-    return len(set(grams)) / len(grams) if grams else 1.0
+    grams = len(tokens) - n + 1
+    return 1.0 - sum(repeated_ngram_ends(tokens, n)) / grams if grams > 0 else 1.0
 
 
 def mean_distinct_n(answers: list[list[int]], n: int = 4) -> float:
