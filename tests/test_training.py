@@ -403,6 +403,32 @@ def test_a_further_round_continues_the_given_adapter(tiny, tiny_path, tmp_path):
                    CllmConfig(**{**vars(second), "init_adapter": str(tmp_path)}))
 
 
+def test_lora_targets_choose_the_adapted_layers(tiny, tiny_path, tmp_path):
+    """``lora_targets``: the adapter holds matrices for the named layers only; an unknown name
+    and a further round on other layers than its ``init_adapter``'s are refused."""
+    from safetensors.torch import load_file
+
+    from vllm_cllm.training.cllm import CllmConfig, train_cllm
+
+    _, prompt, answer = tiny
+    records = build_records(0, prompt, answer, n=N, mode="noise", seed=1, max_states=2)
+    mlp = CllmConfig(block_size=N, max_steps=2, grad_accum=1, lora_rank=4, learning_rate=1e-3,
+                     lora_targets="gate_proj,up_proj,down_proj")
+    train_cllm(tiny_path, records, tmp_path / "mlp", mlp)
+    adapter = tmp_path / "mlp" / "adapter"
+    adapted = {key.split(".")[-3] for key in load_file(str(adapter / "adapter_model.safetensors"))}
+    assert adapted == {"gate_proj", "up_proj", "down_proj"}
+    with pytest.raises(ValueError, match="unknown"):
+        train_cllm(tiny_path, records, tmp_path / "bad",
+                   CllmConfig(**{**vars(mlp), "lora_targets": "gate_proj,mlp"}))
+    with pytest.raises(ValueError, match="same layers"):
+        train_cllm(tiny_path, records, tmp_path / "next",
+                   CllmConfig(**{**vars(mlp), "init_adapter": str(adapter),
+                                 "lora_targets": "q_proj,v_proj"}))
+    train_cllm(tiny_path, records, tmp_path / "next",  # the same layers continue
+               CllmConfig(**{**vars(mlp), "init_adapter": str(adapter), "max_steps": 1}))
+
+
 def test_a_run_stopped_inside_its_schedule_is_that_schedules_checkpoint(tiny, tiny_path,
                                                                          tmp_path):
     """``stop_step``: the run ends after that step with the weights and learning rates of the

@@ -16,6 +16,7 @@
 #   [DRAFT_ANSWERS=own|base] (rounds 2 and 3: the drafts along the model's own answers or the base's)
 #   [REPEAT_WEIGHT=W] (rounds 2 and 3: weight of the answers' repeated 4-grams the model is
 #   surer of than the base)
+#   [LORA_TARGETS=q_proj,...] (the linear layers the adapter adapts; default all seven)
 #   cllm_gsm_demo.sh
 # ARTIFACT='' leaves the committed artifact as it is (a variant of the recipe).
 set -euo pipefail
@@ -26,7 +27,8 @@ ARTIFACT=${ARTIFACT-vllm_cllm/artifacts/smollm2-135m-cllm-gsm}
 BASE=smollm2-135m-instruct
 TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate "$LR" --epochs 1
        --grad-accum 1 --ar-weight 5.0 --anchor base --consistency-window 2 --logging-steps 10
-       --states-per-block "$STATES")
+       --states-per-block "$STATES"
+       --lora-targets "${LORA_TARGETS:-q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj}")
 
 # round 1: the base model's greedy answers (vLLM, batched), shifted states
 .venv/bin/vllm-cllm train trajectories --model $BASE --num-prompts 600 --seed 3 \

@@ -19,6 +19,7 @@ Two teachers (``anchor``):
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,9 @@ from vllm_cllm.training.losses import (
 )
 from vllm_cllm.training.packing import PackedExample, group_by_prompt, pack_prompt
 from vllm_cllm.training.trainer import (
+    LORA_TARGETS,
     logging_trainer_class,
+    parse_lora_targets,
     train_and_save,
     training_arguments,
     with_lora,
@@ -65,6 +68,7 @@ class CllmConfig:
     grad_accum: int = 4
     lora_rank: int = 0  # 0: full fine-tune
     lora_alpha: int = 32
+    lora_targets: str = ",".join(LORA_TARGETS)  # the linear layers the adapter adapts
     init_adapter: str = ""  # a LoRA adapter dir to continue training (a further round)
     max_steps: int = -1
     stop_step: int = 0  # >0: end the run after this step of the max_steps schedule
@@ -213,12 +217,18 @@ def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | 
     random.seed(config.seed)
     torch.manual_seed(config.seed)
     out = Path(out_dir)
+    targets = parse_lora_targets(config.lora_targets)
     if config.init_adapter:
         if not config.lora_rank:
             raise ValueError("init_adapter continues a LoRA run: set lora_rank as well")
-        if not (Path(config.init_adapter) / "adapter_config.json").exists():
+        adapter_config = Path(config.init_adapter) / "adapter_config.json"
+        if not adapter_config.exists():
             raise FileNotFoundError(f"init_adapter {config.init_adapter}: no adapter_config.json"
                                     " (a run's adapter/ or a Trainer checkpoint-N/)")
+        adapted = set(json.loads(adapter_config.read_text())["target_modules"])
+        if adapted != set(targets):
+            raise ValueError(f"lora_targets {','.join(targets)} differ from init_adapter's "
+                             f"{','.join(sorted(adapted))}: a further round adapts the same layers")
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32)
     if config.init_adapter:
@@ -226,7 +236,7 @@ def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | 
 
         model = PeftModel.from_pretrained(model, config.init_adapter, is_trainable=True)
     elif config.lora_rank:
-        model = with_lora(model, config.lora_rank, config.lora_alpha)
+        model = with_lora(model, config.lora_rank, config.lora_alpha, targets)
     if config.anchor not in ("base", "self"):
         raise ValueError(f"anchor must be 'base' or 'self'; got {config.anchor!r}")
     if config.repeat_ngram < 1:

@@ -74,12 +74,25 @@ def training_arguments(out: Path, config: Any):
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def with_lora(model: Any, rank: int, alpha: int, **extra: Any) -> Any:
-    """``model`` wrapped in a LoRA adapter of ``rank`` (peft); ``extra`` goes to LoraConfig."""
+def parse_lora_targets(text: str) -> list[str]:
+    """A comma-separated list of LoRA target names, checked against :data:`LORA_TARGETS`."""
+    targets = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = sorted(set(targets) - set(LORA_TARGETS))
+    if not targets or unknown:
+        hint = f" (unknown: {unknown})" if unknown else ""
+        raise ValueError(f"lora_targets {text!r}: expected a comma-separated subset of "
+                         f"{','.join(LORA_TARGETS)}{hint}")
+    return targets
+
+
+def with_lora(model: Any, rank: int, alpha: int, targets: list[str] | None = None,
+              **extra: Any) -> Any:
+    """``model`` wrapped in a LoRA adapter of ``rank`` (peft) on ``targets`` (default
+    :data:`LORA_TARGETS`); ``extra`` goes to LoraConfig."""
     from peft import LoraConfig, get_peft_model
 
     return get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0,
-                                            target_modules=LORA_TARGETS,
+                                            target_modules=targets or LORA_TARGETS,
                                             task_type="CAUSAL_LM", **extra))
 
 
