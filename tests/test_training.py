@@ -421,6 +421,9 @@ def test_lora_targets_choose_the_adapted_layers(tiny, tiny_path, tmp_path):
     with pytest.raises(ValueError, match="unknown"):
         train_cllm(tiny_path, records, tmp_path / "bad",
                    CllmConfig(**{**vars(mlp), "lora_targets": "gate_proj,mlp"}))
+    with pytest.raises(ValueError, match="lora_rank"):
+        train_cllm(tiny_path, records, tmp_path / "bad",
+                   CllmConfig(**{**vars(mlp), "lora_rank": 0}))
     with pytest.raises(ValueError, match="same layers"):
         train_cllm(tiny_path, records, tmp_path / "next",
                    CllmConfig(**{**vars(mlp), "init_adapter": str(adapter),

@@ -27,8 +27,7 @@ ARTIFACT=${ARTIFACT-vllm_cllm/artifacts/smollm2-135m-cllm-gsm}
 BASE=smollm2-135m-instruct
 TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate "$LR" --epochs 1
        --grad-accum 1 --ar-weight 5.0 --anchor base --consistency-window 2 --logging-steps 10
-       --states-per-block "$STATES"
-       --lora-targets "${LORA_TARGETS:-q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj}")
+       --states-per-block "$STATES" ${LORA_TARGETS:+--lora-targets "$LORA_TARGETS"})
 
 # round 1: the base model's greedy answers (vLLM, batched), shifted states
 .venv/bin/vllm-cllm train trajectories --model $BASE --num-prompts 600 --seed 3 \

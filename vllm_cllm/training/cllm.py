@@ -218,6 +218,9 @@ def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | 
     torch.manual_seed(config.seed)
     out = Path(out_dir)
     targets = parse_lora_targets(config.lora_targets)
+    if not config.lora_rank and targets != LORA_TARGETS:
+        raise ValueError("lora_targets names the layers a LoRA adapter adapts: set lora_rank"
+                         " as well (a full fine-tune trains every weight)")
     if config.init_adapter:
         if not config.lora_rank:
             raise ValueError("init_adapter continues a LoRA run: set lora_rank as well")
