@@ -430,6 +430,11 @@ def test_lora_targets_choose_the_adapted_layers(tiny, tiny_path, tmp_path):
                                  "lora_targets": "q_proj,v_proj"}))
     train_cllm(tiny_path, records, tmp_path / "next",  # the same layers continue
                CllmConfig(**{**vars(mlp), "init_adapter": str(adapter), "max_steps": 1}))
+    train_cllm(tiny_path, records, tmp_path / "unnamed",  # unnamed: the adapter's layers
+               CllmConfig(**{**vars(mlp), "init_adapter": str(adapter), "max_steps": 1,
+                             "lora_targets": ""}))
+    continued = load_file(str(tmp_path / "unnamed" / "adapter" / "adapter_model.safetensors"))
+    assert {key.split(".")[-3] for key in continued} == {"gate_proj", "up_proj", "down_proj"}
 
 
 def test_a_run_stopped_inside_its_schedule_is_that_schedules_checkpoint(tiny, tiny_path,

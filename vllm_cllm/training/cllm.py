@@ -19,7 +19,6 @@ Two teachers (``anchor``):
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,6 @@ from vllm_cllm.training.losses import (
 )
 from vllm_cllm.training.packing import PackedExample, group_by_prompt, pack_prompt
 from vllm_cllm.training.trainer import (
-    LORA_TARGETS,
     logging_trainer_class,
     parse_lora_targets,
     train_and_save,
@@ -68,7 +66,8 @@ class CllmConfig:
     grad_accum: int = 4
     lora_rank: int = 0  # 0: full fine-tune
     lora_alpha: int = 32
-    lora_targets: str = ",".join(LORA_TARGETS)  # the linear layers the adapter adapts
+    lora_targets: str = ""  # the linear layers the adapter adapts, comma-separated ("": all
+    # seven, or a further round's init_adapter's)
     init_adapter: str = ""  # a LoRA adapter dir to continue training (a further round)
     max_steps: int = -1
     stop_step: int = 0  # >0: end the run after this step of the max_steps schedule
@@ -217,19 +216,20 @@ def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | 
     random.seed(config.seed)
     torch.manual_seed(config.seed)
     out = Path(out_dir)
-    targets = parse_lora_targets(config.lora_targets)
-    if not config.lora_rank and targets != LORA_TARGETS:
+    targets = parse_lora_targets(config.lora_targets) if config.lora_targets else None
+    if targets and not config.lora_rank:
         raise ValueError("lora_targets names the layers a LoRA adapter adapts: set lora_rank"
                          " as well (a full fine-tune trains every weight)")
     if config.init_adapter:
         if not config.lora_rank:
             raise ValueError("init_adapter continues a LoRA run: set lora_rank as well")
-        adapter_config = Path(config.init_adapter) / "adapter_config.json"
-        if not adapter_config.exists():
+        if not (Path(config.init_adapter) / "adapter_config.json").exists():
             raise FileNotFoundError(f"init_adapter {config.init_adapter}: no adapter_config.json"
                                     " (a run's adapter/ or a Trainer checkpoint-N/)")
-        adapted = set(json.loads(adapter_config.read_text())["target_modules"])
-        if adapted != set(targets):
+        from peft import PeftConfig
+
+        adapted = set(PeftConfig.from_pretrained(config.init_adapter).target_modules)
+        if targets and set(targets) != adapted:
             raise ValueError(f"lora_targets {','.join(targets)} differ from init_adapter's "
                              f"{','.join(sorted(adapted))}: a further round adapts the same layers")
     tokenizer = AutoTokenizer.from_pretrained(base_model)
