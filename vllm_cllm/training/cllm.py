@@ -204,18 +204,19 @@ def cllm_loss(model: Any, batch: dict[str, torch.Tensor], config: CllmConfig,
                    "first_position_accuracy": float(first_accuracy)}
 
 
-def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | Path,
-               config: CllmConfig, *, resume: bool = True) -> Path:
-    """Fine-tune ``base_model`` on the records; saves a vLLM-loadable checkpoint in out_dir.
-
-    With ``lora_rank > 0`` only a LoRA adapter trains; it is saved under ``out_dir/adapter``
-    (the small artifact to keep) and merged into the saved full checkpoint.
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    random.seed(config.seed)
-    torch.manual_seed(config.seed)
-    out = Path(out_dir)
+def _check_config(config: CllmConfig) -> list[str] | None:
+    """Refuses a config that cannot train, before any model loads; returns the LoRA layers a
+    new adapter adapts (None: the default, or a further round's own)."""
+    if config.anchor not in ("base", "self"):
+        raise ValueError(f"anchor must be 'base' or 'self'; got {config.anchor!r}")
+    if config.repeat_ngram < 1:
+        raise ValueError(f"repeat_ngram must be at least 1; got {config.repeat_ngram}")
+    if config.repeat_weight and config.anchor != "base":
+        raise ValueError("repeat_weight compares the student's repeats with the base model's:"
+                         " it needs anchor 'base'")
+    if config.anchor == "base" and config.consistency != "global":
+        raise ValueError("anchor 'base' needs the global consistency loss (the base model's "
+                         "teacher is its output on the clean sequence)")
     targets = parse_lora_targets(config.lora_targets) if config.lora_targets else None
     if targets and not config.lora_rank:
         raise ValueError("lora_targets names the layers a LoRA adapter adapts: set lora_rank"
@@ -228,10 +229,27 @@ def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | 
                                     " (a run's adapter/ or a Trainer checkpoint-N/)")
         from peft import PeftConfig
 
-        adapted = set(PeftConfig.from_pretrained(config.init_adapter).target_modules)
+        modules = PeftConfig.from_pretrained(config.init_adapter).target_modules
+        adapted = {modules} if isinstance(modules, str) else set(modules)  # str: a regex
         if targets and set(targets) != adapted:
             raise ValueError(f"lora_targets {','.join(targets)} differ from init_adapter's "
                              f"{','.join(sorted(adapted))}: a further round adapts the same layers")
+    return targets
+
+
+def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | Path,
+               config: CllmConfig, *, resume: bool = True) -> Path:
+    """Fine-tune ``base_model`` on the records; saves a vLLM-loadable checkpoint in out_dir.
+
+    With ``lora_rank > 0`` only a LoRA adapter trains; it is saved under ``out_dir/adapter``
+    (the small artifact to keep) and merged into the saved full checkpoint.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    targets = _check_config(config)
+    random.seed(config.seed)
+    torch.manual_seed(config.seed)
+    out = Path(out_dir)
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32)
     if config.init_adapter:
@@ -240,16 +258,6 @@ def train_cllm(base_model: str, records: list[TrajectoryRecord], out_dir: str | 
         model = PeftModel.from_pretrained(model, config.init_adapter, is_trainable=True)
     elif config.lora_rank:
         model = with_lora(model, config.lora_rank, config.lora_alpha, targets)
-    if config.anchor not in ("base", "self"):
-        raise ValueError(f"anchor must be 'base' or 'self'; got {config.anchor!r}")
-    if config.repeat_ngram < 1:
-        raise ValueError(f"repeat_ngram must be at least 1; got {config.repeat_ngram}")
-    if config.repeat_weight and config.anchor != "base":
-        raise ValueError("repeat_weight compares the student's repeats with the base model's:"
-                         " it needs anchor 'base'")
-    if config.anchor == "base" and config.consistency != "global":
-        raise ValueError("anchor 'base' needs the global consistency loss (the base model's "
-                         "teacher is its output on the clean sequence)")
     base = None
     if config.anchor == "base" and not config.lora_rank:  # a frozen copy for full fine-tunes
         base = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32).eval()
