@@ -486,6 +486,21 @@ def test_quality_figures():
     assert accuracy(texts, ["7", "1200", "13", "5"]) == 0.5
 
 
+def test_answer_nlls_sum_each_answer_and_pool_into_the_mean(tiny, tiny_path):
+    from vllm_cllm.training.quality import answer_nlls, mean_nll
+
+    model, prompt, answer = tiny
+    answers = [answer[:5], [], answer]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=torch.tensor([prompt + answer])).logits[0], -1)
+    direct = -sum(float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(answer))
+    nlls = answer_nlls(tiny_path, [prompt] * 3, answers)
+    assert nlls[1] == 0.0 and nlls[2] == pytest.approx(direct, rel=1e-4)
+    assert 0 < nlls[0] < nlls[2]
+    assert mean_nll(tiny_path, [prompt] * 3, answers) == pytest.approx(
+        (nlls[0] + nlls[2]) / (5 + len(answer)))
+
+
 def test_onpolicy_records_pair_each_draft_with_what_was_committed():
     from types import SimpleNamespace
 

@@ -17,12 +17,13 @@
 #   [REPEAT_WEIGHT=W] (rounds 2 and 3: weight of the answers' repeated 4-grams the model is
 #   surer of than the base)
 #   [LORA_TARGETS=q_proj,...] (the linear layers the adapter adapts; default all seven)
+#   [SEED=N] (added to each round's Trainer seed: the same data in another order)
 #   cllm_gsm_demo.sh
 # ARTIFACT='' leaves the committed artifact as it is (a variant of the recipe).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-results/cllm-gsm}
-STATES=${STATES:-8} ROUND1_STEPS=${ROUND1_STEPS:-375} SCHEDULE=${SCHEDULE:-600} LR=${LR:-3e-4}
+SEED=${SEED:-0} STATES=${STATES:-8} ROUND1_STEPS=${ROUND1_STEPS:-375} SCHEDULE=${SCHEDULE:-600} LR=${LR:-3e-4}
 ARTIFACT=${ARTIFACT-vllm_cllm/artifacts/smollm2-135m-cllm-gsm}
 BASE=smollm2-135m-instruct
 TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate "$LR" --epochs 1
@@ -34,17 +35,17 @@ TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate "$LR" --ep
     --exclude-eval 40 --block-size 16 --max-new-tokens 256 --mode shifted --max-states 16 \
     --out "$OUT/trajectories.jsonl"
 .venv/bin/vllm-cllm train cllm --model $BASE --data "$OUT/trajectories.jsonl" \
-    --out "$OUT/round1" "${TRAIN[@]}" --seed 0 --max-steps "$SCHEDULE" \
+    --out "$OUT/round1" "${TRAIN[@]}" --seed "$SEED" --max-steps "$SCHEDULE" \
     --stop-step "$ROUND1_STEPS" --save-steps 75
 
 # rounds 2 and 3: own drafts on 100 prompts beside 100 new pool prompts, 200 steps each
 PROMPTS=100 STEPS=200
 source examples/recipes/onpolicy_round.sh
 DRAFTS_FORMAT=${ROUND2_DRAFTS:-} POOL_FORMAT=${ROUND2_POOL:-} \
-    onpolicy_round round2 round1 400 2 --save-steps 50 --learning-rate "${ROUND2_LR:-$LR}" \
+    onpolicy_round round2 round1 400 $((SEED + 2)) --save-steps 50 --learning-rate "${ROUND2_LR:-$LR}" \
     --repeat-weight "${REPEAT_WEIGHT:-0}"
 DRAFTS_FORMAT=${ROUND3_DRAFTS:-} POOL_FORMAT=${ROUND3_POOL:-} \
-    onpolicy_round round3 round2 500 4 --save-steps 50 --ar-weight "${ROUND3_AR_WEIGHT:-20}" \
+    onpolicy_round round3 round2 500 $((SEED + 4)) --save-steps 50 --ar-weight "${ROUND3_AR_WEIGHT:-20}" \
     --learning-rate "${ROUND3_LR:-$LR}" --margin-weight "${ROUND3_MARGIN:-0}" \
     --repeat-weight "${REPEAT_WEIGHT:-0}"
 

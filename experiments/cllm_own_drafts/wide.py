@@ -5,7 +5,8 @@ drafts per request, so its figure does not depend on the batch; ``space``'s look
 holds the other requests' answers too. Steps are counted, not timed, and each request's
 prefill step is left out as in the lock-step evaluation. Drafting is lossless, so the answers
 are the model's greedy ones: their quality (:func:`evaluate.quality`, plus the share that runs
-to the token limit) is reported beside it.
+to the token limit) is reported beside it. Each answer and its verify steps go to
+``answers.jsonl`` beside the table, for ``resolution.py``'s intervals.
 
     .venv/bin/python experiments/cllm_own_drafts/wide.py --out results/own_drafts_wide \\
         --model base=smollm2-135m-instruct --model demo=smollm2-135m-cllm-gsm --problems 32
@@ -37,12 +38,16 @@ def main() -> None:
     args = parser.parse_args()
     spec = CONFIGS[args.config]
     base, tokenizer, chosen = evaluation_set(args.problems)
-    rows = []
+    rows, per_answer = [], []
     for label, path in model_paths(args.model).items():
         for fmt, instructed in (("instruction", True), ("bare", False)):
             batch = prompts(tokenizer, chosen, instructed)
             run = measure_in_subprocess(path, spec, {len(batch): batch}, args.max_tokens)[0]
             answers = run["tokens"]
+            per_answer += [{"model": label, "prompt": fmt, "problem": i, "steps": steps,
+                            "tokens": tokens}
+                           for i, (tokens, steps) in enumerate(zip(answers, run["steps"],
+                                                                   strict=True))]
             rows.append({"model": label, "prompt": fmt,
                          "tokens_per_verify_step": run["tokens_per_verify_step"],
                          **quality(base, tokenizer, batch, answers, chosen),
@@ -53,6 +58,7 @@ def main() -> None:
     (args.out / "wide.json").write_text(json.dumps(
         {"problems": args.problems, "seed": EVAL_SEED, "config": args.config, "spec": spec,
          "max_tokens": args.max_tokens, "rows": rows}, indent=1))
+    (args.out / "answers.jsonl").write_text("".join(json.dumps(a) + "\n" for a in per_answer))
     table = [f"| model | prompt | {args.config} tokens / verify step | distinct-4 "
              "| NLL under base | answer tokens | at the limit | accuracy |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]

@@ -48,19 +48,25 @@ def accuracy(texts: list[str], gold: list[str]) -> float:
 
 def mean_nll(model_dir: str, prompts: list[list[int]], answers: list[list[int]]) -> float:
     """Mean per-token NLL of ``answers`` (after their prompts) under the model in model_dir."""
+    total = sum(answer_nlls(model_dir, prompts, answers))
+    return total / max(sum(map(len, answers)), 1)
+
+
+def answer_nlls(model_dir: str, prompts: list[list[int]], answers: list[list[int]]
+                ) -> list[float]:
+    """Each answer's summed NLL (after its prompt) under the model in model_dir; 0 if empty."""
     import torch
     from transformers import AutoModelForCausalLM
 
     model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    total, count = 0.0, 0
+    nlls = []
     with torch.no_grad():
         for prompt, answer in zip(prompts, answers, strict=True):
             if not answer:
+                nlls.append(0.0)
                 continue
             ids = torch.tensor([prompt + answer])
             logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1]
-            nll = torch.nn.functional.cross_entropy(logits, torch.tensor(answer),
-                                                    reduction="sum")
-            total += float(nll)
-            count += len(answer)
-    return total / max(count, 1)
+            nlls.append(float(torch.nn.functional.cross_entropy(
+                logits, torch.tensor(answer), reduction="sum")))
+    return nlls
