@@ -25,6 +25,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-results/cllm-gsm}
 SEED=${SEED:-0} STATES=${STATES:-8} ROUND1_STEPS=${ROUND1_STEPS:-375} SCHEDULE=${SCHEDULE:-600} LR=${LR:-3e-4}
 ARTIFACT=${ARTIFACT-vllm_cllm/artifacts/smollm2-135m-cllm-gsm}
+[[ "$SEED" =~ ^[0-9]+$ ]] || { echo "SEED must be a whole number, got '$SEED'" >&2; exit 2; }
 BASE=smollm2-135m-instruct
 TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate "$LR" --epochs 1
        --grad-accum 1 --ar-weight 5.0 --anchor base --consistency-window 2 --logging-steps 10

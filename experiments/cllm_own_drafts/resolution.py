@@ -68,7 +68,11 @@ def main() -> None:
     base_dir, tokenizer, chosen = evaluation_set(count)
     groups: dict[tuple[str, str], list[dict]] = {}
     for a in answers:
-        groups.setdefault((a["model"], a["prompt"]), []).append(a)
+        group = groups.setdefault((a["model"], a["prompt"]), [])
+        if any(b["problem"] == a["problem"] for b in group):
+            raise SystemExit(f"{a['model']!r} answers problem {a['problem']} twice "
+                             f"({a['prompt']}): label each folder's models apart")
+        group.append(a)
     if not any(m == args.base_label for m, _ in groups):
         raise SystemExit(f"no answers labelled {args.base_label!r} in {args.wide}")
     arrays = {key: per_problem(base_dir, tokenizer, chosen, rows) for key, rows in groups.items()}
