@@ -22,7 +22,7 @@ from vllm_cllm.bench.measure import WARMUP_PROMPT, tokens_per_verify_step
 from vllm_cllm.bench.suite import NGRAM_SPEC, SUFFIX_SPEC
 from vllm_cllm.runtime.checkpoints import model_path, resolve_model
 from vllm_cllm.training.gsm import GSM_EVAL_SEED, chat_prompt, unseen_problems
-from vllm_cllm.training.quality import accuracy, mean_distinct_n, mean_nll
+from vllm_cllm.training.quality import accuracy, answer_nlls, mean_distinct_n, pooled_nll
 
 TAIL = {"method": "jacobi", "num_speculative_tokens": 15, "fill": "tail"}
 DEFAULT = {"method": "jacobi", "num_speculative_tokens": 15}
@@ -41,14 +41,21 @@ def prompts(tokenizer, chosen: list[dict], instructed: bool) -> list[str]:
     return [chat_prompt(tokenizer, p["question"], instructed) for p in chosen]
 
 
+def base_nlls(base: str, tokenizer, batch: list[str], answers: list[list[int]]) -> list[float]:
+    """Each answer's summed NLL under the base model, after its prompt."""
+    return answer_nlls(base, tokenizer(batch, add_special_tokens=False).input_ids, answers)
+
+
 def quality(base: str, tokenizer, batch: list[str], answers: list[list[int]],
-            chosen: list[dict]) -> dict[str, float]:
-    """Accuracy, distinct-4, NLL under the base model and mean length of the answers."""
-    prompt_ids = tokenizer(batch, add_special_tokens=False).input_ids
+            chosen: list[dict], nlls: list[float] | None = None) -> dict[str, float]:
+    """Accuracy, distinct-4, NLL under the base model and mean length of the answers
+    (``nlls``: :func:`base_nlls` where the caller has them already)."""
+    if nlls is None:
+        nlls = base_nlls(base, tokenizer, batch, answers)
     texts = tokenizer.batch_decode(answers, skip_special_tokens=True)
     return {"accuracy": accuracy(texts, [p["answer"] for p in chosen]),
             "distinct_4": mean_distinct_n(answers, 4),
-            "nll_under_base": mean_nll(base, prompt_ids, answers),
+            "nll_under_base": pooled_nll(nlls, answers),
             "answer_tokens": sum(map(len, answers)) / len(answers)}
 
 

@@ -2,7 +2,8 @@
 over the problems, of pure Jacobi tokens per verify step and of the quality ratios against the
 base (distinct-4, NLL under the base, answer length), and how often each quality bar holds
 among the resamples. Reads ``wide.py``'s ``answers.jsonl`` (every model's answers to the same
-problems), one of whose models is the base.
+problems, each with its verify steps and its NLL under the base), one of whose models is the
+base.
 
     .venv/bin/python experiments/cllm_own_drafts/resolution.py --out results/resolution \\
         results/base_wide results/seed10_wide
@@ -15,39 +16,37 @@ import json
 from pathlib import Path
 
 import numpy as np
-from evaluate import evaluation_set, prompts  # the sibling script: the same problems
 
-from vllm_cllm.training.quality import answer_nlls, distinct_n
+from vllm_cllm.bench.measure import tokens_per_verify_step
+from vllm_cllm.training.quality import distinct_n, pooled_nll
 
 #: The issue's quality bars: distinct-4 at least, NLL under the base at most, length within.
 BARS = {"distinct_4": 0.9, "nll": 1.25, "length": 0.15}
 
 
-def per_problem(base: str, tokenizer, chosen: list[dict], rows: list[dict]) -> dict:
-    """Per-problem arrays of one model and prompt format, in problem order."""
-    rows = sorted(rows, key=lambda r: r["problem"])
-    answers = [r["tokens"] for r in rows]
-    batch = prompts(tokenizer, [chosen[r["problem"]] for r in rows],
-                    rows[0]["prompt"] == "instruction")
-    prompt_ids = tokenizer(batch, add_special_tokens=False).input_ids
-    decoded = [len(a) - 1 if r["steps"] > 1 else 0 for a, r in zip(answers, rows, strict=True)]
-    return {"decoded": np.array(decoded, float),
-            "decode_steps": np.array([max(r["steps"] - 1, 0) for r in rows], float),
-            "distinct_4": np.array([distinct_n(a, 4) for a in answers]),
-            "nll": np.array(answer_nlls(base, prompt_ids, answers)),
-            "length": np.array([len(a) for a in answers], float)}
+def figures(model: list[dict], base: list[dict], idx: np.ndarray) -> dict[str, float]:
+    """The figures on the problems ``idx`` (a resample) from each problem's answer record (its
+    tokens, verify steps, NLL under the base and distinct-4): tokens per verify step and the
+    ratios against the base's answers to the same problems."""
+    def pick(answers: list[dict], key: str) -> list:
+        return [answers[i][key] for i in idx]
 
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
 
-def figures(model: dict, base: dict, idx: np.ndarray) -> dict[str, float]:
-    """The figures on the problems ``idx`` (a resample): tokens per verify step and ratios."""
-    def pooled_nll(x: dict) -> float:
-        return x["nll"][idx].sum() / x["length"][idx].sum()
+    def distinct(answers: list[dict]) -> float:
+        return mean(pick(answers, "distinct_4"))
 
-    return {"tokens_per_verify_step": model["decoded"][idx].sum()
-            / max(model["decode_steps"][idx].sum(), 1),
-            "distinct_4": model["distinct_4"][idx].mean() / base["distinct_4"][idx].mean(),
-            "nll": pooled_nll(model) / pooled_nll(base),
-            "length": model["length"][idx].mean() / base["length"][idx].mean() - 1}
+    def nll(answers: list[dict]) -> float:
+        return pooled_nll(pick(answers, "nll"), pick(answers, "tokens"))
+
+    def length(answers: list[dict]) -> float:
+        return mean([len(t) for t in pick(answers, "tokens")])
+
+    return {"tokens_per_verify_step": tokens_per_verify_step(pick(model, "tokens"),
+                                                             pick(model, "steps")),
+            "distinct_4": distinct(model) / distinct(base), "nll": nll(model) / nll(base),
+            "length": length(model) / length(base) - 1}
 
 
 def holds(f: dict[str, float]) -> dict[str, bool]:
@@ -64,34 +63,34 @@ def main() -> None:
     args = parser.parse_args()
     answers = [json.loads(line) for d in args.wide
                for line in (d / "answers.jsonl").read_text().splitlines()]
-    count = 1 + max(a["problem"] for a in answers)
-    base_dir, tokenizer, chosen = evaluation_set(count)
-    groups: dict[tuple[str, str], list[dict]] = {}
+    groups: dict[tuple[str, str], dict[int, dict]] = {}
     for a in answers:
-        group = groups.setdefault((a["model"], a["prompt"]), [])
-        if any(b["problem"] == a["problem"] for b in group):
+        group = groups.setdefault((a["model"], a["prompt"]), {})
+        if a["problem"] in group:
             raise SystemExit(f"{a['model']!r} answers problem {a['problem']} twice "
                              f"({a['prompt']}): label each folder's models apart")
-        group.append(a)
+        group[a["problem"]] = {**a, "distinct_4": distinct_n(a["tokens"], 4)}
     if not any(m == args.base_label for m, _ in groups):
         raise SystemExit(f"no answers labelled {args.base_label!r} in {args.wide}")
-    arrays = {key: per_problem(base_dir, tokenizer, chosen, rows) for key, rows in groups.items()}
-    rng = np.random.default_rng(0)
-    resamples = rng.integers(0, count, size=(args.resamples, count))
-    every = np.arange(count)
+    problems = {tuple(sorted(group)) for group in groups.values()}
+    if len(problems) != 1:
+        raise SystemExit("the folders' models answer different problems: resample the same ones")
+    ordered = {key: [group[i] for i in sorted(group)] for key, group in groups.items()}
+    count = len(problems.pop())
+    resamples = np.random.default_rng(0).integers(0, count, size=(args.resamples, count))
     report = []
-    for (model, fmt), arr in arrays.items():
+    for (model, fmt), records in ordered.items():
         if model == args.base_label:
             continue
-        base = arrays[(args.base_label, fmt)]
-        draws = [figures(arr, base, idx) for idx in resamples]
+        base = ordered[(args.base_label, fmt)]
+        draws = [figures(records, base, idx) for idx in resamples]
+        held = [holds(d) for d in draws]
         row = {"model": model, "prompt": fmt, "problems": count,
-               "point": figures(arr, base, every)}
+               "point": figures(records, base, np.arange(count))}
         row["interval_90"] = {k: [float(np.percentile([d[k] for d in draws], q)) for q in (5, 95)]
                               for k in row["point"]}
-        row["bar_held_share"] = {k: float(np.mean([holds(d)[k] for d in draws]))
-                                 for k in BARS}
-        row["all_bars_held_share"] = float(np.mean([all(holds(d).values()) for d in draws]))
+        row["bar_held_share"] = {k: float(np.mean([h[k] for h in held])) for k in BARS}
+        row["all_bars_held_share"] = float(np.mean([all(h.values()) for h in held]))
         report.append(row)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "resolution.json").write_text(json.dumps(

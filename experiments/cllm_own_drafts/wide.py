@@ -5,8 +5,8 @@ drafts per request, so its figure does not depend on the batch; ``space``'s look
 holds the other requests' answers too. Steps are counted, not timed, and each request's
 prefill step is left out as in the lock-step evaluation. Drafting is lossless, so the answers
 are the model's greedy ones: their quality (:func:`evaluate.quality`, plus the share that runs
-to the token limit) is reported beside it. Each answer and its verify steps go to
-``answers.jsonl`` beside the table, for ``resolution.py``'s intervals.
+to the token limit) is reported beside it. Each answer, its verify steps and its NLL under the
+base go to ``answers.jsonl`` beside the table, for ``resolution.py``'s intervals.
 
     .venv/bin/python experiments/cllm_own_drafts/wide.py --out results/own_drafts_wide \\
         --model base=smollm2-135m-instruct --model demo=smollm2-135m-cllm-gsm --problems 32
@@ -20,6 +20,7 @@ import json
 from evaluate import (  # the sibling script: the same problems and flags
     CONFIGS,
     EVAL_SEED,
+    base_nlls,
     common_arguments,
     evaluation_set,
     model_paths,
@@ -44,13 +45,14 @@ def main() -> None:
             batch = prompts(tokenizer, chosen, instructed)
             run = measure_in_subprocess(path, spec, {len(batch): batch}, args.max_tokens)[0]
             answers = run["tokens"]
+            nlls = base_nlls(base, tokenizer, batch, answers)
             per_answer += [{"model": label, "prompt": fmt, "problem": i, "steps": steps,
-                            "tokens": tokens}
-                           for i, (tokens, steps) in enumerate(zip(answers, run["steps"],
-                                                                   strict=True))]
+                            "nll": nll, "tokens": tokens}
+                           for i, (tokens, steps, nll) in enumerate(zip(
+                               answers, run["steps"], nlls, strict=True))]
             rows.append({"model": label, "prompt": fmt,
                          "tokens_per_verify_step": run["tokens_per_verify_step"],
-                         **quality(base, tokenizer, batch, answers, chosen),
+                         **quality(base, tokenizer, batch, answers, chosen, nlls),
                          "at_limit": sum(len(a) >= args.max_tokens for a in answers)
                          / len(answers)})
             print(json.dumps(rows[-1]), flush=True)

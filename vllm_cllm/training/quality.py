@@ -48,8 +48,12 @@ def accuracy(texts: list[str], gold: list[str]) -> float:
 
 def mean_nll(model_dir: str, prompts: list[list[int]], answers: list[list[int]]) -> float:
     """Mean per-token NLL of ``answers`` (after their prompts) under the model in model_dir."""
-    total = sum(answer_nlls(model_dir, prompts, answers))
-    return total / max(sum(map(len, answers)), 1)
+    return pooled_nll(answer_nlls(model_dir, prompts, answers), answers)
+
+
+def pooled_nll(nlls: list[float], answers: list[list[int]]) -> float:
+    """Mean per-token NLL from each answer's summed NLL (:func:`answer_nlls`)."""
+    return sum(nlls) / max(sum(map(len, answers)), 1)
 
 
 def answer_nlls(model_dir: str, prompts: list[list[int]], answers: list[list[int]]
