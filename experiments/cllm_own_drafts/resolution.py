@@ -3,7 +3,7 @@ over the problems, of pure Jacobi tokens per verify step and of the quality rati
 base (distinct-4, NLL under the base, answer length), and how often each quality bar holds
 among the resamples. Reads ``wide.py``'s ``answers.jsonl`` (every model's answers to the same
 problems, each with its verify steps and its NLL under the base), one of whose models is the
-base.
+base. A folder decoded plainly (``wide.py --config none``) gives the quality figures only.
 
     .venv/bin/python experiments/cllm_own_drafts/resolution.py --out results/resolution \\
         results/base_wide results/seed10_wide
@@ -43,10 +43,12 @@ def figures(model: list[dict], base: list[dict], idx: np.ndarray) -> dict[str, f
     def length(answers: list[dict]) -> float:
         return mean([len(t) for t in pick(answers, "tokens")])
 
+    ratios = {"distinct_4": distinct(model) / distinct(base), "nll": nll(model) / nll(base),
+              "length": length(model) / length(base) - 1}
+    if not model[0]["drafted"]:
+        return ratios
     return {"tokens_per_verify_step": tokens_per_verify_step(pick(model, "tokens"),
-                                                             pick(model, "steps")),
-            "distinct_4": distinct(model) / distinct(base), "nll": nll(model) / nll(base),
-            "length": length(model) / length(base) - 1}
+                                                             pick(model, "steps")), **ratios}
 
 
 def holds(f: dict[str, float]) -> dict[str, bool]:
@@ -61,8 +63,9 @@ def main() -> None:
     parser.add_argument("--base-label", default="base")
     parser.add_argument("--resamples", type=int, default=2000)
     args = parser.parse_args()
-    answers = [json.loads(line) for d in args.wide
-               for line in (d / "answers.jsonl").read_text().splitlines()]
+    answers = [{**json.loads(line), "drafted": json.loads(
+                   (d / "wide.json").read_text())["config"] != "none"}
+               for d in args.wide for line in (d / "answers.jsonl").read_text().splitlines()]
     groups: dict[tuple[str, str], dict[int, dict]] = {}
     for a in answers:
         group = groups.setdefault((a["model"], a["prompt"]), {})
@@ -99,7 +102,7 @@ def main() -> None:
              "| length (90 %) | all bars held in |", "|---|---|---|---|---|---|---:|"]
     for r in report:
         p, iv = r["point"], r["interval_90"]
-        cells = [f"{p[k]:.2f} ({iv[k][0]:.2f}–{iv[k][1]:.2f})"
+        cells = [f"{p[k]:.2f} ({iv[k][0]:.2f}–{iv[k][1]:.2f})" if k in p else "—"
                  for k in ("tokens_per_verify_step", "distinct_4", "nll")]
         cells.append(f"{p['length']:+.0%} ({iv['length'][0]:+.0%} to {iv['length'][1]:+.0%})")
         lines.append(f"| {r['model']} | {r['prompt']} | " + " | ".join(cells)

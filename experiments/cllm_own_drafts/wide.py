@@ -7,6 +7,8 @@ prefill step is left out as in the lock-step evaluation. Drafting is lossless, s
 are the model's greedy ones: their quality (:func:`evaluate.quality`, plus the share that runs
 to the token limit) is reported beside it. Each answer, its verify steps and its NLL under the
 base go to ``answers.jsonl`` beside the table, for ``resolution.py``'s intervals.
+``--config none`` decodes plainly: the same answers at a fraction of the cost (tokens per
+verify step is then 1.0), for the quality figures on many problems.
 
     .venv/bin/python experiments/cllm_own_drafts/wide.py --out results/own_drafts_wide \\
         --model base=smollm2-135m-instruct --model demo=smollm2-135m-cllm-gsm --problems 32
@@ -34,8 +36,8 @@ from vllm_cllm.bench.measure import measure_in_subprocess
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     common_arguments(parser, problems=32)
-    parser.add_argument("--config", default="tail", choices=[c for c in CONFIGS if c != "none"],
-                        help="the proposer configuration (evaluate.py's names)")
+    parser.add_argument("--config", default="tail", choices=list(CONFIGS),
+                        help="the proposer configuration (evaluate.py's names; none: plain)")
     args = parser.parse_args()
     spec = CONFIGS[args.config]
     base, tokenizer, chosen = evaluation_set(args.problems)
