@@ -24,10 +24,11 @@ from vllm_cllm.training.quality import distinct_n, pooled_nll
 BARS = {"distinct_4": 0.9, "nll": 1.25, "length": 0.15}
 
 
-def figures(model: list[dict], base: list[dict], idx: np.ndarray) -> dict[str, float]:
+def figures(model: list[dict], base: list[dict], idx: np.ndarray, drafted: bool
+            ) -> dict[str, float]:
     """The figures on the problems ``idx`` (a resample) from each problem's answer record (its
-    tokens, verify steps, NLL under the base and distinct-4): tokens per verify step and the
-    ratios against the base's answers to the same problems."""
+    tokens, verify steps, NLL under the base and distinct-4): tokens per verify step (where the
+    model ``drafted``) and the ratios against the base's answers to the same problems."""
     def pick(answers: list[dict], key: str) -> list:
         return [answers[i][key] for i in idx]
 
@@ -45,7 +46,7 @@ def figures(model: list[dict], base: list[dict], idx: np.ndarray) -> dict[str, f
 
     ratios = {"distinct_4": distinct(model) / distinct(base), "nll": nll(model) / nll(base),
               "length": length(model) / length(base) - 1}
-    if not model[0]["drafted"]:
+    if not drafted:
         return ratios
     return {"tokens_per_verify_step": tokens_per_verify_step(pick(model, "tokens"),
                                                              pick(model, "steps")), **ratios}
@@ -63,16 +64,18 @@ def main() -> None:
     parser.add_argument("--base-label", default="base")
     parser.add_argument("--resamples", type=int, default=2000)
     args = parser.parse_args()
-    answers = [{**json.loads(line), "drafted": json.loads(
-                   (d / "wide.json").read_text())["config"] != "none"}
-               for d in args.wide for line in (d / "answers.jsonl").read_text().splitlines()]
     groups: dict[tuple[str, str], dict[int, dict]] = {}
-    for a in answers:
-        group = groups.setdefault((a["model"], a["prompt"]), {})
-        if a["problem"] in group:
-            raise SystemExit(f"{a['model']!r} answers problem {a['problem']} twice "
-                             f"({a['prompt']}): label each folder's models apart")
-        group[a["problem"]] = {**a, "distinct_4": distinct_n(a["tokens"], 4)}
+    drafted: dict[str, bool] = {}
+    for folder in args.wide:
+        config = json.loads((folder / "wide.json").read_text())["config"]
+        for line in (folder / "answers.jsonl").read_text().splitlines():
+            a = json.loads(line)
+            drafted[a["model"]] = config != "none"
+            group = groups.setdefault((a["model"], a["prompt"]), {})
+            if a["problem"] in group:
+                raise SystemExit(f"{a['model']!r} answers problem {a['problem']} twice "
+                                 f"({a['prompt']}): label each folder's models apart")
+            group[a["problem"]] = {**a, "distinct_4": distinct_n(a["tokens"], 4)}
     if not any(m == args.base_label for m, _ in groups):
         raise SystemExit(f"no answers labelled {args.base_label!r} in {args.wide}")
     problems = {tuple(sorted(group)) for group in groups.values()}
@@ -86,10 +89,10 @@ def main() -> None:
         if model == args.base_label:
             continue
         base = ordered[(args.base_label, fmt)]
-        draws = [figures(records, base, idx) for idx in resamples]
+        draws = [figures(records, base, idx, drafted[model]) for idx in resamples]
         held = [holds(d) for d in draws]
         row = {"model": model, "prompt": fmt, "problems": count,
-               "point": figures(records, base, np.arange(count))}
+               "point": figures(records, base, np.arange(count), drafted[model])}
         row["interval_90"] = {k: [float(np.percentile([d[k] for d in draws], q)) for q in (5, 95)]
                               for k in row["point"]}
         row["bar_held_share"] = {k: float(np.mean([h[k] for h in held])) for k in BARS}
