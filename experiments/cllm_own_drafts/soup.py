@@ -3,23 +3,32 @@ tensor the (weighted) mean of the models' tensors, the rest of the first model's
 beside it. Checkpoints fine-tuned from one round drift in different directions (one prompt
 format gains, the other loses); the average asks whether their skills add up where their drift
 cancels. With the base model as the second model and weights ``a, 1 - a`` it scales the
-fine-tuned delta by ``a`` (a LoRA adapter scaled the same way rebuilds it).
+fine-tuned delta by ``a`` (a LoRA adapter scaled the same way rebuilds it). With ``--adapters``
+it averages LoRA adapters (alpha = r) exactly, as one adapter of the summed rank: the mean of
+the deltas B_i A_i / n is [B_1 .. B_n] [A_1; ..; A_n] / n, 1/sqrt(n) on each factor, so a
+further round can train on from the average.
 
     .venv/bin/python experiments/cllm_own_drafts/soup.py --out results/soup/ce \\
         results/lr1e3c/round3/model results/lr1e3e/round3/model
     .venv/bin/python experiments/cllm_own_drafts/soup.py --out results/soup/a08 \\
         --weights 0.8,0.2 results/lr2e3/round3/model ~/.cache/vllm-cllm/models/smollm2-135m-instruct
+    .venv/bin/python experiments/cllm_own_drafts/soup.py --adapters \\
+        --out results/r2pair/round2/adapter \\
+        results/lr2e3r/round2/adapter results/seed10/round2/adapter
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import shutil
 from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
 WEIGHTS = "model.safetensors"
+ADAPTER_WEIGHTS, ADAPTER_CONFIG = "adapter_model.safetensors", "adapter_config.json"
 
 
 def soup(models: list[Path], out: Path, weights: list[float] | None = None) -> int:
@@ -43,9 +52,39 @@ def soup(models: list[Path], out: Path, weights: list[float] | None = None) -> i
     return len(mean)
 
 
+def average_adapters(adapters: list[Path], out: Path) -> int:
+    """Write the equal-weight mean of ``adapters``' deltas as one LoRA adapter of their summed
+    rank to ``out``; returns that rank. Every adapter must have lora_alpha == r (scaling 1)."""
+    import torch
+
+    configs = [json.loads((a / ADAPTER_CONFIG).read_text()) for a in adapters]
+    if any(c["lora_alpha"] != c["r"] for c in configs):
+        raise SystemExit("--adapters needs lora_alpha == r in every adapter (scaling 1)")
+    states = [load_file(str(a / ADAPTER_WEIGHTS)) for a in adapters]
+    factor = 1 / math.sqrt(len(adapters))
+    mean = {}
+    for name in states[0]:
+        dim = 0 if "lora_A" in name else 1 if "lora_B" in name else None
+        if dim is None:
+            raise SystemExit(f"{name}: only LoRA A and B matrices can be averaged this way")
+        mean[name] = torch.cat([s[name] * factor for s in states], dim).contiguous()
+    out.mkdir(parents=True, exist_ok=True)
+    for item in adapters[0].iterdir():
+        if item.is_file() and item.name not in (ADAPTER_WEIGHTS, ADAPTER_CONFIG):
+            shutil.copy(item, out / item.name)
+    rank = sum(c["r"] for c in configs)
+    (out / ADAPTER_CONFIG).write_text(json.dumps({**configs[0], "r": rank, "lora_alpha": rank},
+                                                 indent=2))
+    save_file(mean, str(out / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+    return rank
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("models", nargs="+", type=Path, help="merged model folders")
+    parser.add_argument("models", nargs="+", type=Path,
+                        help="merged model folders (LoRA adapter folders with --adapters)")
+    parser.add_argument("--adapters", action="store_true",
+                        help="average LoRA adapters exactly, as one adapter of the summed rank")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--weights", type=lambda s: [float(w) for w in s.split(",")],
                         help="one weight per model, comma-separated, summing to 1 "
@@ -53,6 +92,11 @@ def main() -> None:
     args = parser.parse_args()
     if len(args.models) < 2:
         parser.error("a soup needs at least two models")
+    if args.adapters:
+        if args.weights:
+            parser.error("--adapters averages with equal weights")
+        print(f"rank {average_adapters(args.models, args.out)} adapter written to {args.out}")
+        return
     print(f"{soup(args.models, args.out, args.weights)} tensors averaged into {args.out}")
 
 
