@@ -27,8 +27,10 @@ from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
+from vllm_cllm.training.artifact import ADAPTER_FILES
+
 WEIGHTS = "model.safetensors"
-ADAPTER_WEIGHTS, ADAPTER_CONFIG = "adapter_model.safetensors", "adapter_config.json"
+ADAPTER_CONFIG, ADAPTER_WEIGHTS = ADAPTER_FILES
 
 
 def soup(models: list[Path], out: Path, weights: list[float] | None = None) -> int:
@@ -64,9 +66,9 @@ def average_adapters(adapters: list[Path], out: Path) -> int:
     factor = 1 / math.sqrt(len(adapters))
     mean = {}
     for name in states[0]:
-        dim = 0 if "lora_A" in name else 1 if "lora_B" in name else None
-        if dim is None:
+        if "lora_A" not in name and "lora_B" not in name:
             raise SystemExit(f"{name}: only LoRA A and B matrices can be averaged this way")
+        dim = 0 if "lora_A" in name else 1  # A stacks its rows, B its columns
         mean[name] = torch.cat([s[name] * factor for s in states], dim).contiguous()
     out.mkdir(parents=True, exist_ok=True)
     for item in adapters[0].iterdir():
