@@ -18,6 +18,9 @@
 #   surer of than the base)
 #   [LORA_TARGETS=q_proj,...] (the linear layers the adapter adapts; default all seven)
 #   [SEED=N] (added to each round's Trainer seed: the same data in another order)
+#   [HELD_RUNS=N] (N held rounds 3 from round 2 on the same drafts and pool, Trainer seeds
+#   SEED+4, SEED+14, ..., averaged exactly into $OUT/held: `vllm-cllm train average`)
+#   [ARTIFACT_MAX_RANK=R] (the artifact stores each layer's delta at most at rank R)
 #   cllm_gsm_demo.sh
 # ARTIFACT='' leaves the committed artifact as it is (a variant of the recipe).
 set -euo pipefail
@@ -26,6 +29,8 @@ OUT=${OUT:-results/cllm-gsm}
 SEED=${SEED:-0} STATES=${STATES:-8} ROUND1_STEPS=${ROUND1_STEPS:-375} SCHEDULE=${SCHEDULE:-600} LR=${LR:-3e-4}
 ARTIFACT=${ARTIFACT-vllm_cllm/artifacts/smollm2-135m-cllm-gsm}
 [[ "$SEED" =~ ^[0-9]+$ ]] || { echo "SEED must be a whole number, got '$SEED'" >&2; exit 2; }
+HELD_RUNS=${HELD_RUNS:-1}
+[[ "$HELD_RUNS" =~ ^[1-9][0-9]*$ ]] || { echo "HELD_RUNS must be 1 or more, got '$HELD_RUNS'" >&2; exit 2; }
 BASE=smollm2-135m-instruct
 TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate "$LR" --epochs 1
        --grad-accum 1 --ar-weight 5.0 --anchor base --consistency-window 2 --logging-steps 10
@@ -45,14 +50,32 @@ source examples/recipes/onpolicy_round.sh
 DRAFTS_FORMAT=${ROUND2_DRAFTS:-} POOL_FORMAT=${ROUND2_POOL:-} \
     onpolicy_round round2 round1 400 $((SEED + 2)) --save-steps 50 --learning-rate "${ROUND2_LR:-$LR}" \
     --repeat-weight "${REPEAT_WEIGHT:-0}"
+ROUND3=(--save-steps 50 --ar-weight "${ROUND3_AR_WEIGHT:-20}" --learning-rate "${ROUND3_LR:-$LR}"
+        --margin-weight "${ROUND3_MARGIN:-0}" --repeat-weight "${REPEAT_WEIGHT:-0}")
 DRAFTS_FORMAT=${ROUND3_DRAFTS:-} POOL_FORMAT=${ROUND3_POOL:-} \
-    onpolicy_round round3 round2 500 $((SEED + 4)) --save-steps 50 --ar-weight "${ROUND3_AR_WEIGHT:-20}" \
-    --learning-rate "${ROUND3_LR:-$LR}" --margin-weight "${ROUND3_MARGIN:-0}" \
-    --repeat-weight "${REPEAT_WEIGHT:-0}"
+    onpolicy_round round3 round2 500 $((SEED + 4)) "${ROUND3[@]}"
 
-# the artifact: round 3's adapter in float16, rebuilt by
+# held rounds averaged: more held rounds 3 in other data orders, the deltas' mean kept
+held=round3
+if (( HELD_RUNS > 1 )); then
+  members=("$OUT/round3/adapter")
+  for i in $(seq 2 "$HELD_RUNS"); do
+    [[ -e "$OUT/round3_$i/model/config.json" ]] ||
+      .venv/bin/vllm-cllm train cllm --model $BASE \
+          --data "$OUT/round3-pool.jsonl" "$OUT/round3-drafts.jsonl" --out "$OUT/round3_$i" \
+          "${TRAIN[@]}" --seed $((SEED + 4 + 10 * (i - 1))) --max-steps $STEPS \
+          --init-adapter "$OUT/round2/adapter" "${ROUND3[@]}"
+    members+=("$OUT/round3_$i/adapter")
+  done
+  [[ -e "$OUT/held/model/config.json" ]] ||
+    .venv/bin/vllm-cllm train average --model $BASE --out "$OUT/held" "${members[@]}"
+  held=held
+fi
+
+# the artifact: the held adapter in float16, rebuilt by
 # `vllm-cllm model-path smollm2-135m-cllm-gsm`
 if [[ -n "$ARTIFACT" ]]; then
-  .venv/bin/python -m vllm_cllm.training.artifact "$OUT/round3/adapter" "$ARTIFACT"
+  .venv/bin/python -m vllm_cllm.training.artifact "$OUT/$held/adapter" "$ARTIFACT" \
+      ${ARTIFACT_MAX_RANK:+--max-rank "$ARTIFACT_MAX_RANK"}
 fi
-echo "round 3: $OUT/round3/model (adapter: $OUT/round3/adapter)"
+echo "the recipe's model: $OUT/$held/model (adapter: $OUT/$held/adapter)"

@@ -4,9 +4,9 @@ beside it. Checkpoints fine-tuned from one round drift in different directions (
 format gains, the other loses); the average asks whether their skills add up where their drift
 cancels. With the base model as the second model and weights ``a, 1 - a`` it scales the
 fine-tuned delta by ``a`` (a LoRA adapter scaled the same way rebuilds it). With ``--adapters``
-it averages LoRA adapters (alpha = r) exactly, as one adapter of the summed rank: the mean of
-the deltas B_i A_i / n is [B_1 .. B_n] [A_1; ..; A_n] / n, 1/sqrt(n) on each factor, so a
-further round can train on from the average.
+it averages LoRA adapters exactly, as one adapter of the summed rank
+(``vllm_cllm.training.artifact.average_adapters``), so a further round can train on from the
+average.
 
     .venv/bin/python experiments/cllm_own_drafts/soup.py --out results/soup/ce \\
         results/lr1e3c/round3/model results/lr1e3e/round3/model
@@ -20,17 +20,14 @@ further round can train on from the average.
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import shutil
 from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
-from vllm_cllm.training.artifact import ADAPTER_FILES
+from vllm_cllm.training.artifact import average_adapters
 
 WEIGHTS = "model.safetensors"
-ADAPTER_CONFIG, ADAPTER_WEIGHTS = ADAPTER_FILES
 
 
 def soup(models: list[Path], out: Path, weights: list[float] | None = None) -> int:
@@ -52,33 +49,6 @@ def soup(models: list[Path], out: Path, weights: list[float] | None = None) -> i
             .to(states[0][name].dtype).contiguous() for name in names}
     save_file(mean, str(out / WEIGHTS), metadata={"format": "pt"})
     return len(mean)
-
-
-def average_adapters(adapters: list[Path], out: Path) -> int:
-    """Write the equal-weight mean of ``adapters``' deltas as one LoRA adapter of their summed
-    rank to ``out``; returns that rank. Every adapter must have lora_alpha == r (scaling 1)."""
-    import torch
-
-    configs = [json.loads((a / ADAPTER_CONFIG).read_text()) for a in adapters]
-    if any(c["lora_alpha"] != c["r"] for c in configs):
-        raise SystemExit("--adapters needs lora_alpha == r in every adapter (scaling 1)")
-    states = [load_file(str(a / ADAPTER_WEIGHTS)) for a in adapters]
-    factor = 1 / math.sqrt(len(adapters))
-    mean = {}
-    for name in states[0]:
-        if "lora_A" not in name and "lora_B" not in name:
-            raise SystemExit(f"{name}: only LoRA A and B matrices can be averaged this way")
-        dim = 0 if "lora_A" in name else 1  # A stacks its rows, B its columns
-        mean[name] = torch.cat([s[name] * factor for s in states], dim).contiguous()
-    out.mkdir(parents=True, exist_ok=True)
-    for item in adapters[0].iterdir():
-        if item.is_file() and item.name not in (ADAPTER_WEIGHTS, ADAPTER_CONFIG):
-            shutil.copy(item, out / item.name)
-    rank = sum(c["r"] for c in configs)
-    (out / ADAPTER_CONFIG).write_text(json.dumps({**configs[0], "r": rank, "lora_alpha": rank},
-                                                 indent=2))
-    save_file(mean, str(out / ADAPTER_WEIGHTS), metadata={"format": "pt"})
-    return rank
 
 
 def main() -> None:

@@ -211,6 +211,27 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     _add_config_flags(p, SpaceConfigDefaults(), skip=("seed",))
     p.set_defaults(func=cmd_space)
 
+    p = tsub.add_parser("average", help="average LoRA adapters exactly (one adapter of their "
+                        "summed rank), as `train cllm` leaves a run: OUT/adapter, OUT/model")
+    p.add_argument("adapters", nargs="+", metavar="ADAPTER_DIR",
+                   help="adapter folders trained on --model (at least two)")
+    p.add_argument("--model", default="smollm2-135m-instruct", help="the adapters' base")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_average)
+
+
+def cmd_average(args: argparse.Namespace) -> int:
+    from vllm_cllm.runtime.checkpoints import merge_adapter
+    from vllm_cllm.training.artifact import average_adapters
+
+    if len(args.adapters) < 2:
+        raise SystemExit("vllm-cllm train average: an average needs at least two adapters")
+    out = Path(args.out)
+    rank = average_adapters([Path(a) for a in args.adapters], out / "adapter")
+    merge_adapter(Path(resolve_model(args.model)), out / "adapter", out / "model")
+    print(f"rank {rank} adapter: {out / 'adapter'}, merged: {out / 'model'}")
+    return 0
+
 
 def CllmConfigDefaults():  # noqa: N802 - imported lazily to keep `vllm-cllm --help` fast
     from vllm_cllm.training.cllm import CllmConfig
