@@ -61,10 +61,7 @@ if (( HELD_RUNS > 1 )); then
   members=("$OUT/round3/adapter")
   for i in $(seq 2 "$HELD_RUNS"); do
     [[ -e "$OUT/round3_$i/model/config.json" ]] ||
-      .venv/bin/vllm-cllm train cllm --model $BASE \
-          --data "$OUT/round3-pool.jsonl" "$OUT/round3-drafts.jsonl" --out "$OUT/round3_$i" \
-          "${TRAIN[@]}" --seed $((SEED + 4 + 10 * (i - 1))) --max-steps $STEPS \
-          --init-adapter "$OUT/round2/adapter" "${ROUND3[@]}"
+      train_round round3 "round3_$i" round2 $((SEED + 4 + 10 * (i - 1))) "${ROUND3[@]}"
     members+=("$OUT/round3_$i/adapter")
   done
   [[ -e "$OUT/held/model/config.json" ]] ||

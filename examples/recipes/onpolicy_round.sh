@@ -26,9 +26,15 @@ onpolicy_round() {  # round, previous round, first pool prompt, Trainer seed, [t
       --mode shifted --max-states 16 --answers "$OUT/trajectories.answers.jsonl" \
       ${POOL_FORMAT:+--prompt-format "$POOL_FORMAT"} \
       --out "$OUT/$round-pool.jsonl"
+  train_round "$round" "$round" "$previous" "$seed" "$@"
+}
+
+train_round() {  # data round, output folder, previous round, Trainer seed, [training flags]
+  local data=$1 out=$2 previous=$3 seed=$4
+  shift 4
   # two files: each one's prompts stay apart (the pool's first, then its own answers)
   .venv/bin/vllm-cllm train cllm --model "$BASE" \
-      --data "$OUT/$round-pool.jsonl" "$OUT/$round-drafts.jsonl" \
-      --out "$OUT/$round" "${TRAIN[@]}" --seed "$seed" --max-steps "$STEPS" \
+      --data "$OUT/$data-pool.jsonl" "$OUT/$data-drafts.jsonl" \
+      --out "$OUT/$out" "${TRAIN[@]}" --seed "$seed" --max-steps "$STEPS" \
       --init-adapter "$OUT/$previous/adapter" "$@"
 }

@@ -3,18 +3,13 @@ tensor the (weighted) mean of the models' tensors, the rest of the first model's
 beside it. Checkpoints fine-tuned from one round drift in different directions (one prompt
 format gains, the other loses); the average asks whether their skills add up where their drift
 cancels. With the base model as the second model and weights ``a, 1 - a`` it scales the
-fine-tuned delta by ``a`` (a LoRA adapter scaled the same way rebuilds it). With ``--adapters``
-it averages LoRA adapters exactly, as one adapter of the summed rank
-(``vllm_cllm.training.artifact.average_adapters``), so a further round can train on from the
-average.
+fine-tuned delta by ``a`` (a LoRA adapter scaled the same way rebuilds it). LoRA adapters
+average exactly, as one adapter a further round trains on from, with ``vllm-cllm train average``.
 
     .venv/bin/python experiments/cllm_own_drafts/soup.py --out results/soup/ce \\
         results/lr1e3c/round3/model results/lr1e3e/round3/model
     .venv/bin/python experiments/cllm_own_drafts/soup.py --out results/soup/a08 \\
         --weights 0.8,0.2 results/lr2e3/round3/model ~/.cache/vllm-cllm/models/smollm2-135m-instruct
-    .venv/bin/python experiments/cllm_own_drafts/soup.py --adapters \\
-        --out results/r2pair/round2/adapter \\
-        results/lr2e3r/round2/adapter results/seed10/round2/adapter
 """
 
 from __future__ import annotations
@@ -24,8 +19,6 @@ import shutil
 from pathlib import Path
 
 from safetensors.torch import load_file, save_file
-
-from vllm_cllm.training.artifact import average_adapters
 
 WEIGHTS = "model.safetensors"
 
@@ -53,10 +46,7 @@ def soup(models: list[Path], out: Path, weights: list[float] | None = None) -> i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("models", nargs="+", type=Path,
-                        help="merged model folders (LoRA adapter folders with --adapters)")
-    parser.add_argument("--adapters", action="store_true",
-                        help="average LoRA adapters exactly, as one adapter of the summed rank")
+    parser.add_argument("models", nargs="+", type=Path, help="merged model folders")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--weights", type=lambda s: [float(w) for w in s.split(",")],
                         help="one weight per model, comma-separated, summing to 1 "
@@ -64,11 +54,6 @@ def main() -> None:
     args = parser.parse_args()
     if len(args.models) < 2:
         parser.error("a soup needs at least two models")
-    if args.adapters:
-        if args.weights:
-            parser.error("--adapters averages with equal weights")
-        print(f"rank {average_adapters(args.models, args.out)} adapter written to {args.out}")
-        return
     print(f"{soup(args.models, args.out, args.weights)} tensors averaged into {args.out}")
 
 

@@ -224,10 +224,11 @@ def cmd_average(args: argparse.Namespace) -> int:
     from vllm_cllm.runtime.checkpoints import merge_adapter
     from vllm_cllm.training.artifact import average_adapters
 
-    if len(args.adapters) < 2:
-        raise SystemExit("vllm-cllm train average: an average needs at least two adapters")
     out = Path(args.out)
-    rank = average_adapters([Path(a) for a in args.adapters], out / "adapter")
+    try:
+        rank = average_adapters([Path(a) for a in args.adapters], out / "adapter")
+    except ValueError as error:  # bad input: one line, no traceback
+        raise SystemExit(f"vllm-cllm train average: {error}") from None
     merge_adapter(Path(resolve_model(args.model)), out / "adapter", out / "model")
     print(f"rank {rank} adapter: {out / 'adapter'}, merged: {out / 'model'}")
     return 0
