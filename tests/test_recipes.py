@@ -36,7 +36,8 @@ def _run_recipe(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess
 def _flag(call: str, name: str) -> str:
     """The value of the last ``name`` flag in a recorded call (a later flag wins)."""
     words = call.split()
-    return words[len(words) - 1 - words[::-1].index(name) + 1]
+    last = max(i for i, word in enumerate(words) if word == name)
+    return words[last + 1]
 
 
 def test_defaults_make_the_demo(tmp_path):

@@ -13,7 +13,7 @@
 # Evaluation seeds are never trained on. Defaults in brackets:
 #   [OUT=results/cllm-gsm] [STATES=8] [ROUND1_STEPS=375 SCHEDULE=600] [LR=2e-3]
 #   [ROUND2_LR=LR] [ROUND3_LR=LR]
-#   [ARTIFACT=DIR|'']
+#   [ARTIFACT=vllm_cllm/artifacts/smollm2-135m-cllm-gsm|DIR|'']
 #   [ROUND2_DRAFTS=instruction|both] [ROUND2_POOL=instruction|both]
 #   [ROUND3_DRAFTS=instruction|both] [ROUND3_POOL=both|instruction] [ROUND3_AR_WEIGHT=20]
 #   [ROUND3_MARGIN=W] (round 3's hinge holding the base's greedy token, weight W)
@@ -33,12 +33,13 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-results/cllm-gsm}
 SEED=${SEED:-0} STATES=${STATES:-8} ROUND1_STEPS=${ROUND1_STEPS:-375} SCHEDULE=${SCHEDULE:-600} LR=${LR:-2e-3}
 ARTIFACT=${ARTIFACT-vllm_cllm/artifacts/smollm2-135m-cllm-gsm}
-[[ "$SEED" =~ ^[0-9]+$ ]] || { echo "SEED must be a whole number, got '$SEED'" >&2; exit 2; }
-HELD_RUNS=${HELD_RUNS:-3}
-[[ "$HELD_RUNS" =~ ^[1-9][0-9]*$ ]] || { echo "HELD_RUNS must be 1 or more, got '$HELD_RUNS'" >&2; exit 2; }
-ARTIFACT_MAX_RANK=${ARTIFACT_MAX_RANK-64}
-[[ -z "$ARTIFACT_MAX_RANK" || "$ARTIFACT_MAX_RANK" =~ ^[1-9][0-9]*$ ]] ||
-  { echo "ARTIFACT_MAX_RANK must be 1 or more (or empty), got '$ARTIFACT_MAX_RANK'" >&2; exit 2; }
+HELD_RUNS=${HELD_RUNS:-3} ARTIFACT_MAX_RANK=${ARTIFACT_MAX_RANK-64}
+need() {  # setting, its value, the pattern it must match, what that means: else stop here
+  [[ "$2" =~ $3 ]] || { echo "$1 must be $4, got '$2'" >&2; exit 2; }
+}
+need SEED "$SEED" '^[0-9]+$' "a whole number"
+need HELD_RUNS "$HELD_RUNS" '^[1-9][0-9]*$' "1 or more"
+need ARTIFACT_MAX_RANK "$ARTIFACT_MAX_RANK" '^([1-9][0-9]*)?$' "1 or more (or empty)"
 BASE=smollm2-135m-instruct
 TRAIN=(--block-size 16 --lora-rank 32 --lora-alpha 32 --learning-rate "$LR" --epochs 1
        --grad-accum 1 --ar-weight 5.0 --anchor base --consistency-window 2 --logging-steps 10
