@@ -159,6 +159,57 @@ def test_sar_loss_parts_and_short_answers(tiny_path):
     assert 0.0 <= parts["mask_accuracy"] <= 1.0
 
 
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_base_anchor_holds_the_untrained_models_own_text(tiny_path, lora_rank):
+    """With ``anchor="base"`` the AR term is KL(base || model) on the clean answer: zero before
+    training (the base's teacher is the model's own output), on rows of two widths, with every
+    greedy token the base's; the mask term is SAR-SFT's, and the gradient reaches the model
+    only."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from vllm_cllm.training.trainer import with_lora
+
+    def fresh():
+        model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32)
+        return model, add_mask_token(model, AutoTokenizer.from_pretrained(tiny_path))
+
+    model, mask_id = fresh()
+    base = None
+    if lora_rank:
+        model = with_lora(model, lora_rank, lora_rank, trainable_token_indices=[mask_id])
+    else:
+        base = fresh()[0].eval()
+    data = SarDataset([([1, 2], list(range(30, 50))), ([3], list(range(60, 70)))],
+                      mask_id=mask_id, k=3, groups=4)
+    batch = collate_sar([data[0], data[1]])
+    assert int(batch["clean_width"]) == 22
+    loss, parts = sar_loss(model, batch, 1.0, anchor="base", ar_weight=5.0, base=base)
+    _, own = sar_loss(model, batch, 1.0)
+    assert parts["ar"] == pytest.approx(0.0, abs=1e-5) and own["ar"] > 0
+    assert parts["greedy_agreement"] == 1.0 and "greedy_agreement" not in own
+    assert parts["mask"] == pytest.approx(own["mask"], rel=1e-5)
+    assert float(loss.detach()) == pytest.approx(parts["mask"], abs=1e-4)
+    loss.backward()
+    assert any(p.grad is not None for p in model.parameters() if p.requires_grad)
+    assert base is None or all(p.grad is None for p in base.parameters())
+
+
+def test_space_refuses_an_unknown_anchor_before_anything_runs(tmp_path, capsys):
+    from vllm_cllm.cli import main
+    from vllm_cllm.training.space import SpaceConfig, check_space_config
+
+    with pytest.raises(ValueError, match="anchor must be one of"):
+        check_space_config(SpaceConfig(anchor="teacher"))
+    with pytest.raises(ValueError, match="ar_weight"):
+        check_space_config(SpaceConfig(ar_weight=-1.0))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "space", "--out", str(tmp_path / "out"), "--anchor", "teacher"])
+    assert exit_info.value.code == 2 and "--anchor" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="ar_weight"):
+        main(["train", "space", "--out", str(tmp_path / "out"), "--ar-weight", "-1"])
+    assert not (tmp_path / "out").exists()
+
+
 # --- proposer rules --------------------------------------------------------------------------
 
 def test_all_candidates_accepted_drafts_from_the_mask_slots():

@@ -90,10 +90,14 @@ def cmd_cllm(args: argparse.Namespace) -> int:
 
 
 def cmd_space(args: argparse.Namespace) -> int:
-    from vllm_cllm.training.space import SpaceConfig, train_space
+    from vllm_cllm.training.space import SpaceConfig, check_space_config, train_space
 
     config = SpaceConfig(**{f.name: getattr(args, f.name) for f in fields(SpaceConfig)
                             if getattr(args, f.name, None) is not None})
+    try:
+        check_space_config(config)  # before the answers' engine starts
+    except ValueError as error:
+        raise SystemExit(f"vllm-cllm train space: {error}") from None
     model = resolve_model(args.model)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -114,7 +118,8 @@ def _add_config_flags(parser: argparse.ArgumentParser, defaults: object,
     """One ``--flag`` per field of a training config dataclass (None = keep the default)."""
     from vllm_cllm.training.trainer import PRECISIONS
 
-    choices = {"precision": PRECISIONS}  # refused by the parser, before any model loads
+    # refused by the parser, before any model loads (both recipes' anchors are these two)
+    choices = {"precision": PRECISIONS, "anchor": ("self", "base")}
     for f in fields(defaults):
         if f.name in skip:
             continue

@@ -28,6 +28,7 @@ import torch
 
 from vllm_cllm.training.batching import pad_packed_rows
 from vllm_cllm.training.losses import (
+    anchored_ar_loss,
     ar_loss,
     consistency_loss,
     position_weights,
@@ -36,6 +37,7 @@ from vllm_cllm.training.losses import (
 )
 from vllm_cllm.training.packing import PackedExample, group_by_prompt, pack_prompt
 from vllm_cllm.training.trainer import (
+    base_logits,
     logging_trainer_class,
     parse_lora_targets,
     train_and_save,
@@ -128,25 +130,6 @@ def greedy_margin_hinge(logits: torch.Tensor, labels: torch.Tensor, margin: floa
     return margin_hinge(logits[:, :-1][keep], labels[:, 1:][keep], margin)
 
 
-def _base_logits(model: Any, batch: dict[str, torch.Tensor], base: Any) -> torch.Tensor:
-    """The frozen base model's logits on the clean part of every row, [B, W, V].
-
-    Packed rows start with their clean sequence under causal attention (W = the widest one),
-    and clean tokens attend to clean tokens only, so the top-left [W, W] block of the batch
-    gives them exactly; a shorter row's state tokens inside it are computed and ignored.
-    """
-    width = int(batch["clean_width"])
-    inputs = {"input_ids": batch["input_ids"][:, :width],
-              "position_ids": batch["position_ids"][:, :width],
-              "attention_mask": batch["attention_mask"][:, :, :width, :width]}
-    with torch.no_grad():
-        if base is not None:
-            return base(**inputs).logits
-        peft_model = getattr(model, "module", model)  # unwrap a distributed wrapper
-        with peft_model.disable_adapter():  # LoRA: the base is these weights, adapter off
-            return model(**inputs).logits
-
-
 def cllm_loss(model: Any, batch: dict[str, torch.Tensor], config: CllmConfig,
               base: Any = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Consistency + ω·AR from one packed forward; also returns the parts for logging.
@@ -162,7 +145,7 @@ def cllm_loss(model: Any, batch: dict[str, torch.Tensor], config: CllmConfig,
     mask = batch["loss_mask"]
     weights = position_weights(mask, config.position_decay)
     if config.anchor == "base":
-        reference = _base_logits(model, batch, base)
+        reference = base_logits(model, batch, base)
         width, row_width = reference.shape[1], logits.shape[1]
         index = batch["teacher_index"]
         teacher = reference.reshape(-1, reference.shape[-1])[
@@ -170,9 +153,7 @@ def cllm_loss(model: Any, batch: dict[str, torch.Tensor], config: CllmConfig,
         labels = batch["labels"][:, 1:width]  # logits at t predict the token t + 1
         answer = labels != -100
         clean, clean_reference = logits[:, :width - 1][answer], reference[:, :-1][answer]
-        ar = consistency_loss(clean, clean_reference,
-                              torch.ones(int(answer.sum()), dtype=torch.bool,
-                                         device=clean.device))
+        ar = anchored_ar_loss(clean, clean_reference)
         if config.margin_weight:  # hold the base's greedy token, not the answer's
             hinge = margin_hinge(clean, clean_reference.argmax(-1), config.margin)
         if config.repeat_weight:

@@ -32,6 +32,17 @@ def ar_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
                            ignore_index=-100)
 
 
+def anchored_ar_loss(logits: torch.Tensor, reference_logits: torch.Tensor) -> torch.Tensor:
+    """KL(reference || model), averaged over rows: the AR term anchored on a frozen base.
+
+    Shapes [N, V]: the next-token logits at the N answer positions of the clean sequence, the
+    model's and the base's. It holds the base's whole distribution there, not only its greedy
+    token (which a cross-entropy on the greedy answer sharpens towards repeats).
+    """
+    return consistency_loss(logits, reference_logits,
+                            torch.ones(len(logits), dtype=torch.bool, device=logits.device))
+
+
 def position_weights(mask: torch.Tensor, decay: float) -> torch.Tensor:
     """Weights ``decay ** j`` for the j-th loss position behind a state's first wrong token.
 

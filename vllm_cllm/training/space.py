@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from vllm_cllm.training.batching import pad_packed_rows
-from vllm_cllm.training.losses import ar_loss
+from vllm_cllm.training.losses import anchored_ar_loss, ar_loss
+from vllm_cllm.training.trainer import base_logits
 
 MASK_TOKEN = "<|mask|>"
 #: Written next to a SPACE adapter: the merge adds the mask token before loading it.
@@ -62,6 +63,7 @@ class SarExample:
     mask_index: torch.Tensor  # [m] row positions of mask slots with a label
     mask_target: torch.Tensor  # [m] the token each of those slots must predict
     mask_offset: torch.Tensor  # [m] j - 1 for slot M_j (per-position accuracy)
+    clean_len: int = 0  # prompt + answer: the row's clean part, before the mask groups
 
 
 def split_points(prompt_len: int, length: int, groups: int, rng: np.random.Generator
@@ -102,7 +104,7 @@ def build_sar_example(prompt_ids: list[int], answer_ids: list[int], mask_id: int
                 offset.append(j)
     return SarExample(input_ids, positions, attention, ar_labels,
                       torch.tensor(index, dtype=torch.long), torch.tensor(target, dtype=torch.long),
-                      torch.tensor(offset, dtype=torch.long))
+                      torch.tensor(offset, dtype=torch.long), length)
 
 
 class SarDataset(torch.utils.data.Dataset):
@@ -126,30 +128,54 @@ def collate_sar(examples: list[SarExample], pad_id: int = 0) -> dict[str, torch.
     """Pad rows to the longest; mask indices become flat indices into [B*L]."""
     batch, width = pad_packed_rows([(e.input_ids, e.position_ids, e.ar_labels, e.attention)
                                     for e in examples], pad_id)
-    return {**batch,
+    return {**batch, "clean_width": torch.tensor(max(e.clean_len for e in examples)),
             "mask_index": torch.cat([e.mask_index + b * width for b, e in enumerate(examples)]),
             "mask_target": torch.cat([e.mask_target for e in examples]),
             "mask_offset": torch.cat([e.mask_offset for e in examples])}
 
 
-def sar_loss(model: Any, batch: dict[str, torch.Tensor], mask_weight: float
+#: What holds the model's own text while the mask slots train (``SpaceConfig.anchor``).
+ANCHORS = ("self", "base")
+
+
+def sar_loss(model: Any, batch: dict[str, torch.Tensor], mask_weight: float,
+             anchor: str = "self", ar_weight: float = 1.0, base: Any = None
              ) -> tuple[torch.Tensor, dict[str, float]]:
-    """AR loss on the clean answer + ``mask_weight`` × cross-entropy at the mask slots.
+    """``ar_weight`` × AR term on the clean answer + ``mask_weight`` × cross-entropy at the
+    mask slots.
+
+    The AR term is, with ``anchor`` "self" (SPACE's SAR-SFT), cross-entropy on the answer; with
+    "base", KL(base || model) on the answer's next-token distributions, the base being ``base``
+    or, for a LoRA model, the same weights with the adapter off. The mask slots learn to guess
+    what the model will say; the base anchor keeps what it says the base's, so that the
+    guesses learnt on the base's answers stay right on unseen prompts.
 
     Also returns the parts, and ``mask_accuracy`` (top-1 at the first mask slot): how often
     the first candidate SPACE drafts after a fully accepted step is right.
     """
     logits = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
                    attention_mask=batch["attention_mask"]).logits
-    ar = ar_loss(logits, batch["labels"])
+    parts: dict[str, float] = {}
+    if anchor == "base":
+        reference = base_logits(model, batch, base)
+        width = reference.shape[1]
+        answer = batch["labels"][:, 1:width] != -100  # logits at t predict the token t + 1
+        clean, clean_reference = logits[:, :width - 1][answer], reference[:, :-1][answer]
+        ar = anchored_ar_loss(clean, clean_reference)
+        with torch.no_grad():  # the share of answer positions whose greedy token is the base's
+            parts["greedy_agreement"] = float(
+                (clean.argmax(-1) == clean_reference.argmax(-1)).float().mean())
+    else:
+        ar = ar_loss(logits, batch["labels"])
     at_masks = logits.reshape(-1, logits.shape[-1])[batch["mask_index"]].float()
     mask = F.cross_entropy(at_masks, batch["mask_target"]) if len(at_masks) else ar * 0
     with torch.no_grad():
         first = batch["mask_offset"] == 0
         hits = (at_masks.argmax(-1) == batch["mask_target"]) & first
         accuracy = hits.sum() / first.sum().clamp_min(1)
-    return ar + mask_weight * mask, {"ar": float(ar.detach()), "mask": float(mask.detach()),
-                                     "mask_accuracy": float(accuracy)}
+    return ar_weight * ar + mask_weight * mask, {
+        **parts, "ar": float(ar.detach()), "mask": float(mask.detach()),
+        "mask_accuracy": float(accuracy)}
 
 
 @dataclass
@@ -157,6 +183,8 @@ class SpaceConfig:
     k: int = 5  # masks per group = candidates the proposer drafts
     groups: int = 16  # split points (mask groups) per answer and forward
     mask_weight: float = 1.0
+    anchor: str = "self"  # the AR term: "self" (SAR-SFT's cross-entropy) or "base" (see sar_loss)
+    ar_weight: float = 1.0  # ω, the AR term's weight
     learning_rate: float = 2e-4
     epochs: float = 1.0
     batch_size: int = 1
@@ -171,6 +199,15 @@ class SpaceConfig:
     seed: int = 0
     precision: str = "fp32"  # or "bf16": mixed precision (a GPU's fast path)
     data_workers: int = 0  # DataLoader processes that pack rows while the device computes
+
+
+def check_space_config(config: SpaceConfig) -> None:
+    """Refuses a config that cannot train, before any model loads."""
+    if config.anchor not in ANCHORS:
+        raise ValueError(f"anchor must be one of {ANCHORS}; got {config.anchor!r}")
+    if config.ar_weight < 0 or config.mask_weight < 0:
+        raise ValueError(f"ar_weight and mask_weight must be >= 0; got {config.ar_weight} "
+                         f"and {config.mask_weight}")
 
 
 def write_mask_token_file(folder: Path, token: str, mask_id: int, k: int) -> None:
@@ -194,16 +231,23 @@ def train_space(base_model: str, items: list[tuple[list[int], list[int]]], out_d
         with_lora,
     )
 
+    check_space_config(config)
     torch.manual_seed(config.seed)
     out = Path(out_dir)
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32)
     mask_id = add_mask_token(model, tokenizer)
+    base = None
+    if config.anchor == "base" and not config.lora_rank:  # a frozen copy for full fine-tunes
+        base = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32).eval()
+        add_mask_token(base, AutoTokenizer.from_pretrained(base_model))  # the same vocabulary
+        base.requires_grad_(False)
     if config.lora_rank:  # the adapter + the mask token's embedding row
         model = with_lora(model, config.lora_rank, config.lora_alpha,
                           trainable_token_indices=[mask_id])
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    trainer_cls = logging_trainer_class(lambda m, batch: sar_loss(m, batch, config.mask_weight))
+    trainer_cls = logging_trainer_class(lambda m, batch: sar_loss(
+        m, batch, config.mask_weight, config.anchor, config.ar_weight, base))
     trainer = trainer_cls(model=model, args=training_arguments(out, config),
                           train_dataset=SarDataset(items, mask_id, config.k, config.groups,
                                                    config.seed),

@@ -47,6 +47,27 @@ def logging_trainer_class(loss_fn: Callable[[Any, dict[str, torch.Tensor]],
     return LoggingPartsTrainer
 
 
+def base_logits(model: Any, batch: dict[str, torch.Tensor], base: Any) -> torch.Tensor:
+    """The frozen base model's logits on the clean part of every packed row, [B, W, V].
+
+    Both recipes' packed rows start with their clean sequence (prompt + answer) under causal
+    attention, ``batch["clean_width"]`` (W) the widest one, and clean tokens attend to clean
+    tokens only, so the top-left [W, W] block of the batch gives them exactly; a shorter row's
+    other tokens inside it are computed and ignored. ``base`` is a frozen copy, or None for a
+    LoRA model: the base is then the same weights with the adapter switched off.
+    """
+    width = int(batch["clean_width"])
+    inputs = {"input_ids": batch["input_ids"][:, :width],
+              "position_ids": batch["position_ids"][:, :width],
+              "attention_mask": batch["attention_mask"][:, :, :width, :width]}
+    with torch.no_grad():
+        if base is not None:
+            return base(**inputs).logits
+        peft_model = getattr(model, "module", model)  # unwrap a distributed wrapper
+        with peft_model.disable_adapter():
+            return model(**inputs).logits
+
+
 #: Training precisions: float32 throughout, or bfloat16 mixed precision (weights stay float32).
 PRECISIONS = ("fp32", "bf16")
 
