@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 
 import numpy as np
@@ -169,16 +170,13 @@ def test_base_anchor_holds_the_untrained_models_own_text(tiny_path, lora_rank):
 
     from vllm_cllm.training.trainer import with_lora
 
-    def fresh():
-        model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32)
-        return model, add_mask_token(model, AutoTokenizer.from_pretrained(tiny_path))
-
-    model, mask_id = fresh()
+    model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32)
+    mask_id = add_mask_token(model, AutoTokenizer.from_pretrained(tiny_path))
     base = None
     if lora_rank:
         model = with_lora(model, lora_rank, lora_rank, trainable_token_indices=[mask_id])
-    else:
-        base = fresh()[0].eval()
+    else:  # as train_space's frozen copy for a full fine-tune
+        base = copy.deepcopy(model).eval().requires_grad_(False)
     data = SarDataset([([1, 2], list(range(30, 50))), ([3], list(range(60, 70)))],
                       mask_id=mask_id, k=3, groups=4)
     batch = collate_sar([data[0], data[1]])

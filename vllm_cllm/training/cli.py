@@ -116,10 +116,10 @@ def cmd_space(args: argparse.Namespace) -> int:
 def _add_config_flags(parser: argparse.ArgumentParser, defaults: object,
                       skip: tuple[str, ...] = ()) -> None:
     """One ``--flag`` per field of a training config dataclass (None = keep the default)."""
-    from vllm_cllm.training.trainer import PRECISIONS
+    from vllm_cllm.training.trainer import ANCHORS, PRECISIONS
 
-    # refused by the parser, before any model loads (both recipes' anchors are these two)
-    choices = {"precision": PRECISIONS, "anchor": ("self", "base")}
+    choices = {"precision": PRECISIONS, "anchor": ANCHORS}  # refused by the parser, before any
+    # model loads
     for f in fields(defaults):
         if f.name in skip:
             continue

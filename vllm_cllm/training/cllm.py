@@ -28,7 +28,7 @@ import torch
 
 from vllm_cllm.training.batching import pad_packed_rows
 from vllm_cllm.training.losses import (
-    anchored_ar_loss,
+    anchored_answer,
     ar_loss,
     consistency_loss,
     position_weights,
@@ -37,6 +37,7 @@ from vllm_cllm.training.losses import (
 )
 from vllm_cllm.training.packing import PackedExample, group_by_prompt, pack_prompt
 from vllm_cllm.training.trainer import (
+    ANCHORS,
     base_logits,
     logging_trainer_class,
     parse_lora_targets,
@@ -150,17 +151,15 @@ def cllm_loss(model: Any, batch: dict[str, torch.Tensor], config: CllmConfig,
         index = batch["teacher_index"]
         teacher = reference.reshape(-1, reference.shape[-1])[
             (index // row_width) * width + index % row_width]
-        labels = batch["labels"][:, 1:width]  # logits at t predict the token t + 1
-        answer = labels != -100
-        clean, clean_reference = logits[:, :width - 1][answer], reference[:, :-1][answer]
-        ar = anchored_ar_loss(clean, clean_reference)
+        anchored = anchored_answer(logits, reference, batch["labels"])
+        answer, clean, clean_reference = anchored.answer, anchored.logits, anchored.reference
+        ar = anchored.loss
         if config.margin_weight:  # hold the base's greedy token, not the answer's
             hinge = margin_hinge(clean, clean_reference.argmax(-1), config.margin)
         if config.repeat_weight:
             repeats = repeat_mask(batch["labels"], config.repeat_ngram)[:, 1:width][answer]
-            repeat = repeat_excess(clean, clean_reference, labels[answer], repeats)
-        with torch.no_grad():  # the share of clean positions whose greedy token is the base's
-            agreement = (clean.argmax(-1) == clean_reference.argmax(-1)).float().mean()
+            repeat = repeat_excess(clean, clean_reference, batch["labels"][:, 1:width][answer],
+                                   repeats)
     else:
         teacher = flat[batch["teacher_index"]]
         ar = ar_loss(logits, batch["labels"])
@@ -168,7 +167,7 @@ def cllm_loss(model: Any, batch: dict[str, torch.Tensor], config: CllmConfig,
             hinge = greedy_margin_hinge(logits, batch["labels"], config.margin)
     consistency = consistency_loss(student, teacher, weights)
     total = consistency + config.ar_weight * ar
-    parts = {"greedy_agreement": float(agreement)} if config.anchor == "base" else {}
+    parts = {"greedy_agreement": anchored.greedy_agreement} if config.anchor == "base" else {}
     if config.margin_weight:
         total = total + config.margin_weight * hinge
         parts["margin"] = float(hinge.detach())
@@ -188,8 +187,8 @@ def cllm_loss(model: Any, batch: dict[str, torch.Tensor], config: CllmConfig,
 def _check_config(config: CllmConfig) -> list[str] | None:
     """Refuses a config that cannot train, before any model loads; returns the LoRA layers a
     new adapter adapts (None: the default, or a further round's own)."""
-    if config.anchor not in ("base", "self"):
-        raise ValueError(f"anchor must be 'base' or 'self'; got {config.anchor!r}")
+    if config.anchor not in ANCHORS:
+        raise ValueError(f"anchor must be one of {ANCHORS}; got {config.anchor!r}")
     if config.repeat_ngram < 1:
         raise ValueError(f"repeat_ngram must be at least 1; got {config.repeat_ngram}")
     if config.repeat_weight and config.anchor != "base":

@@ -3,6 +3,8 @@ point) and the AR loss that keeps the model's own distribution (prevents collaps
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -32,15 +34,34 @@ def ar_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
                            ignore_index=-100)
 
 
-def anchored_ar_loss(logits: torch.Tensor, reference_logits: torch.Tensor) -> torch.Tensor:
-    """KL(reference || model), averaged over rows: the AR term anchored on a frozen base.
+@dataclass
+class AnchoredAnswer:
+    """The clean answer's next-token logits, the model's beside the frozen base's."""
 
-    Shapes [N, V]: the next-token logits at the N answer positions of the clean sequence, the
-    model's and the base's. It holds the base's whole distribution there, not only its greedy
-    token (which a cross-entropy on the greedy answer sharpens towards repeats).
+    answer: torch.Tensor  # [B, W - 1] bool: the positions whose next token is an answer token
+    logits: torch.Tensor  # [N, V] the model's at those positions
+    reference: torch.Tensor  # [N, V] the base's there
+    loss: torch.Tensor  # KL(base || model), averaged over them: the anchored AR term
+    greedy_agreement: float  # the share of them whose greedy token is the base's
+
+
+def anchored_answer(logits: torch.Tensor, reference: torch.Tensor, labels: torch.Tensor
+                    ) -> AnchoredAnswer:
+    """The AR term anchored on a frozen base, for packed rows whose clean sequence comes first.
+
+    ``logits`` [B, L, V] are the model's on the packed rows, ``reference`` [B, W, V] the base's
+    on their clean parts (:func:`~vllm_cllm.training.trainer.base_logits`), ``labels`` [B, L]
+    the answer tokens (-100 elsewhere). The KL holds the base's whole distribution there, not
+    only its greedy token (which a cross-entropy on the greedy answer sharpens towards repeats).
     """
-    return consistency_loss(logits, reference_logits,
-                            torch.ones(len(logits), dtype=torch.bool, device=logits.device))
+    width = reference.shape[1]
+    answer = labels[:, 1:width] != -100  # logits at t predict the token t + 1
+    clean, clean_reference = logits[:, :width - 1][answer], reference[:, :-1][answer]
+    loss = consistency_loss(clean, clean_reference,
+                            torch.ones(len(clean), dtype=torch.bool, device=clean.device))
+    with torch.no_grad():
+        agreement = float((clean.argmax(-1) == clean_reference.argmax(-1)).float().mean())
+    return AnchoredAnswer(answer, clean, clean_reference, loss, agreement)
 
 
 def position_weights(mask: torch.Tensor, decay: float) -> torch.Tensor:

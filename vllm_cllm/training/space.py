@@ -15,6 +15,7 @@ only, with labels ``y[s_g + 2 .. s_g + k + 1]``. One forward trains G split poin
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from vllm_cllm.training.batching import pad_packed_rows
-from vllm_cllm.training.losses import anchored_ar_loss, ar_loss
-from vllm_cllm.training.trainer import base_logits
+from vllm_cllm.training.losses import anchored_answer, ar_loss
+from vllm_cllm.training.trainer import ANCHORS, base_logits
 
 MASK_TOKEN = "<|mask|>"
 #: Written next to a SPACE adapter: the merge adds the mask token before loading it.
@@ -63,7 +64,7 @@ class SarExample:
     mask_index: torch.Tensor  # [m] row positions of mask slots with a label
     mask_target: torch.Tensor  # [m] the token each of those slots must predict
     mask_offset: torch.Tensor  # [m] j - 1 for slot M_j (per-position accuracy)
-    clean_len: int = 0  # prompt + answer: the row's clean part, before the mask groups
+    clean_len: int  # prompt + answer: the row's clean part, before the mask groups
 
 
 def split_points(prompt_len: int, length: int, groups: int, rng: np.random.Generator
@@ -134,10 +135,6 @@ def collate_sar(examples: list[SarExample], pad_id: int = 0) -> dict[str, torch.
             "mask_offset": torch.cat([e.mask_offset for e in examples])}
 
 
-#: What holds the model's own text while the mask slots train (``SpaceConfig.anchor``).
-ANCHORS = ("self", "base")
-
-
 def sar_loss(model: Any, batch: dict[str, torch.Tensor], mask_weight: float,
              anchor: str = "self", ar_weight: float = 1.0, base: Any = None
              ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -157,14 +154,8 @@ def sar_loss(model: Any, batch: dict[str, torch.Tensor], mask_weight: float,
                    attention_mask=batch["attention_mask"]).logits
     parts: dict[str, float] = {}
     if anchor == "base":
-        reference = base_logits(model, batch, base)
-        width = reference.shape[1]
-        answer = batch["labels"][:, 1:width] != -100  # logits at t predict the token t + 1
-        clean, clean_reference = logits[:, :width - 1][answer], reference[:, :-1][answer]
-        ar = anchored_ar_loss(clean, clean_reference)
-        with torch.no_grad():  # the share of answer positions whose greedy token is the base's
-            parts["greedy_agreement"] = float(
-                (clean.argmax(-1) == clean_reference.argmax(-1)).float().mean())
+        anchored = anchored_answer(logits, base_logits(model, batch, base), batch["labels"])
+        ar, parts["greedy_agreement"] = anchored.loss, anchored.greedy_agreement
     else:
         ar = ar_loss(logits, batch["labels"])
     at_masks = logits.reshape(-1, logits.shape[-1])[batch["mask_index"]].float()
@@ -238,10 +229,9 @@ def train_space(base_model: str, items: list[tuple[list[int], list[int]]], out_d
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32)
     mask_id = add_mask_token(model, tokenizer)
     base = None
-    if config.anchor == "base" and not config.lora_rank:  # a frozen copy for full fine-tunes
-        base = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32).eval()
-        add_mask_token(base, AutoTokenizer.from_pretrained(base_model))  # the same vocabulary
-        base.requires_grad_(False)
+    if config.anchor == "base" and not config.lora_rank:  # full fine-tune: a frozen copy, its
+        # mask row the model's own (the resize draws the new row at random)
+        base = copy.deepcopy(model).eval().requires_grad_(False)
     if config.lora_rank:  # the adapter + the mask token's embedding row
         model = with_lora(model, config.lora_rank, config.lora_alpha,
                           trainable_token_indices=[mask_id])

@@ -47,6 +47,10 @@ def logging_trainer_class(loss_fn: Callable[[Any, dict[str, torch.Tensor]],
     return LoggingPartsTrainer
 
 
+#: What the recipes anchor on: the model itself (each recipe's own AR term) or the frozen base.
+ANCHORS = ("self", "base")
+
+
 def base_logits(model: Any, batch: dict[str, torch.Tensor], base: Any) -> torch.Tensor:
     """The frozen base model's logits on the clean part of every packed row, [B, W, V].
 
