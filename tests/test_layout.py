@@ -41,6 +41,15 @@ def test_the_plugin_imports_no_harness_training_or_helpers():
     assert {path: names for path, names in offending.items() if names} == {}
 
 
+def test_the_checkpoint_helpers_import_no_harness_or_training():
+    """Building a demo from its artifact (runtime) needs neither the recipes nor the bench."""
+    offending = {str(path.relative_to(ROOT)): sorted(
+        name for name in _imports(path)
+        if name.startswith(("vllm_cllm.bench", "vllm_cllm.training", "vllm_cllm.cli")))
+        for path in _files(["vllm_cllm/runtime"])}
+    assert {path: names for path, names in offending.items() if names} == {}
+
+
 def test_the_proposers_do_not_import_each_other():
     for one, other in (("space", "jacobi"), ("jacobi", "space")):
         names = _imports(ROOT / f"vllm_cllm/proposers/{one}.py")

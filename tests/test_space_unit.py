@@ -14,11 +14,10 @@ from vllm_cllm.options import parse_options
 from vllm_cllm.proposers.capture import VerifyPredictions
 from vllm_cllm.proposers.drafting import SourceScores
 from vllm_cllm.proposers.space import SpaceProposer, SpaceRequest, next_candidates
+from vllm_cllm.runtime.mask_token import MASK_TOKEN, add_mask_token
 from vllm_cllm.sources.ngram import NgramFill, NoFill
 from vllm_cllm.training.space import (
-    MASK_TOKEN,
     SarDataset,
-    add_mask_token,
     build_sar_example,
     collate_sar,
     sar_loss,

@@ -102,7 +102,7 @@ def _build_tiny_space(out_dir: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from vllm_cllm.training.space import add_mask_token
+    from vllm_cllm.runtime.mask_token import add_mask_token
 
     tiny = model_path("tiny-random-llama")
     model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
@@ -126,13 +126,12 @@ def merge_adapter(base_dir: Path, adapter_dir: Path, out_dir: Path) -> None:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from vllm_cllm.training.space import MASK_TOKEN_FILE, add_mask_token
+    from vllm_cllm.runtime.mask_token import add_mask_token, read_mask_token_file
 
     base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    mask_file = Path(adapter_dir) / MASK_TOKEN_FILE
-    if mask_file.exists():
-        expected = json.loads(mask_file.read_text())
+    expected = read_mask_token_file(adapter_dir)
+    if expected is not None:
         mask_id = add_mask_token(base, tokenizer, expected["mask_token"])
         if mask_id != expected["mask_token_id"]:
             raise RuntimeError(f"{adapter_dir}: mask token got id {mask_id}, the adapter was "

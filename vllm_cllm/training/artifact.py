@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vllm_cllm.training.space import MASK_TOKEN_FILE
+from vllm_cllm.runtime.mask_token import MASK_TOKEN_FILE
 
 if TYPE_CHECKING:
     import torch

@@ -16,7 +16,6 @@ only, with labels ``y[s_g + 2 .. s_g + k + 1]``. One forward trains G split poin
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,32 +24,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vllm_cllm.runtime.mask_token import MASK_TOKEN, add_mask_token, write_mask_token_file
 from vllm_cllm.training.batching import pad_packed_rows
 from vllm_cllm.training.losses import anchored_answer, ar_loss
 from vllm_cllm.training.trainer import ANCHORS, base_logits
-
-MASK_TOKEN = "<|mask|>"
-#: Written next to a SPACE adapter: the merge adds the mask token before loading it.
-MASK_TOKEN_FILE = "mask_token.json"
-
-
-def add_mask_token(model: Any, tokenizer: Any, token: str = MASK_TOKEN) -> int:
-    """Add ``token`` to the tokenizer (as its mask token) and the embeddings; returns its id.
-
-    The embedding matrix grows to exactly the tokenizer's size (no padding rows that the
-    model could ever predict); the new row starts at the mean embedding (transformers'
-    default). ``config.mask_token_id`` records the id, where the ``space`` proposer (and vLLM's
-    own parallel drafting) looks for it.
-    """
-    if token not in tokenizer.get_vocab():
-        tokenizer.add_special_tokens({"mask_token": token})
-    else:
-        tokenizer.mask_token = token
-    mask_id = tokenizer.convert_tokens_to_ids(token)
-    if model.get_input_embeddings().weight.shape[0] <= mask_id:
-        model.resize_token_embeddings(len(tokenizer))
-    model.config.mask_token_id = mask_id
-    return mask_id
 
 
 @dataclass
@@ -199,11 +176,6 @@ def check_space_config(config: SpaceConfig) -> None:
     if config.ar_weight < 0 or config.mask_weight < 0:
         raise ValueError(f"ar_weight and mask_weight must be >= 0; got {config.ar_weight} "
                          f"and {config.mask_weight}")
-
-
-def write_mask_token_file(folder: Path, token: str, mask_id: int, k: int) -> None:
-    (folder / MASK_TOKEN_FILE).write_text(json.dumps(
-        {"mask_token": token, "mask_token_id": mask_id, "k": k}, indent=1))
 
 
 def train_space(base_model: str, items: list[tuple[list[int], list[int]]], out_dir: str | Path,
