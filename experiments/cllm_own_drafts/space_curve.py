@@ -49,15 +49,15 @@ def merged_model(run: Path, checkpoint: Path, out: Path) -> Path:
     return out
 
 
-def measure(name: str, run: Path, checkpoint: Path, out: Path, problems: int) -> list[dict]:
-    """``wide.py --config space`` rows of one checkpoint, merged and measured once."""
+def measure(name: str, run: Path, checkpoint: Path, out: Path, problems: int) -> dict:
+    """``wide.py --config space``'s results for one checkpoint, merged and measured once."""
     if not (out / "wide.json").exists():
         model = merged_model(run, checkpoint, out / "model")
         subprocess.run([sys.executable, str(HERE / "wide.py"), "--out", str(out), "--config",
                         "space", "--problems", str(problems), "--model", f"{name}={model}"],
                        check=True)
         shutil.rmtree(model)  # 0.5 GiB of float32; the rows are what is kept
-    return json.loads((out / "wide.json").read_text())["rows"]
+    return json.loads((out / "wide.json").read_text())
 
 
 def mask_accuracy(run: Path, window: int = 100) -> list[tuple[int, float]]:
@@ -121,7 +121,8 @@ def main() -> None:
         points = []
         for step, checkpoint in chosen:
             where = args.out / f"{name}-{step}"
-            rows = measure(name, run, checkpoint, where, args.problems)
+            measured = measure(name, run, checkpoint, where, args.problems)
+            curve["seed"], rows = measured["seed"], measured["rows"]
             points.append({"step": step, **{r["prompt"]: r["tokens_per_verify_step"]
                                             for r in rows},
                            "quality": {r["prompt"]: {k: r[k] for k in (
@@ -129,7 +130,6 @@ def main() -> None:
                                for r in rows}})
             print(json.dumps({"run": name, **points[-1]}), flush=True)
         curve["runs"][name] = points
-    curve["seed"] = json.loads((args.out / f"{name}-{step}" / "wide.json").read_text())["seed"]
     (args.out / "curve.json").write_text(json.dumps(curve, indent=1))
     plot(curve, runs, target=3.0)
 
