@@ -34,20 +34,21 @@ def _files(paths: list[str]) -> list[Path]:
     return out
 
 
+def _offending(paths: list[str], forbidden: tuple[str, ...]) -> dict[str, list[str]]:
+    """File → the forbidden modules it imports, for the files under ``paths`` that do."""
+    found = {str(path.relative_to(ROOT)): sorted(
+        name for name in _imports(path) if name.startswith(forbidden)) for path in _files(paths)}
+    return {path: names for path, names in found.items() if names}
+
+
 def test_the_plugin_imports_no_harness_training_or_helpers():
-    offending = {str(path.relative_to(ROOT)): sorted(
-        name for name in _imports(path) if name.startswith(NOT_PRODUCT))
-        for path in _files(PRODUCT)}
-    assert {path: names for path, names in offending.items() if names} == {}
+    assert _offending(PRODUCT, NOT_PRODUCT) == {}
 
 
 def test_the_checkpoint_helpers_import_no_harness_or_training():
     """Building a demo from its artifact (runtime) needs neither the recipes nor the bench."""
-    offending = {str(path.relative_to(ROOT)): sorted(
-        name for name in _imports(path)
-        if name.startswith(("vllm_cllm.bench", "vllm_cllm.training", "vllm_cllm.cli")))
-        for path in _files(["vllm_cllm/runtime"])}
-    assert {path: names for path, names in offending.items() if names} == {}
+    assert _offending(["vllm_cllm/runtime"],
+                      ("vllm_cllm.bench", "vllm_cllm.training", "vllm_cllm.cli")) == {}
 
 
 def test_the_proposers_do_not_import_each_other():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -189,6 +190,28 @@ def test_base_anchor_holds_the_untrained_models_own_text(tiny_path, lora_rank):
     loss.backward()
     assert any(p.grad is not None for p in model.parameters() if p.requires_grad)
     assert base is None or all(p.grad is None for p in base.parameters())
+
+
+def test_every_saved_checkpoint_merges_into_a_servable_space_model(tiny_path, tmp_path):
+    """A LoRA run's Trainer checkpoints carry the mask token as its final adapter does, so
+    ``merge_adapter`` builds a model with the mask token from any of them."""
+    import json
+
+    from vllm_cllm.runtime.checkpoints import merge_adapter
+    from vllm_cllm.runtime.mask_token import MASK_TOKEN_FILE
+    from vllm_cllm.training.space import SpaceConfig, train_space
+
+    items = [([1, 2], list(range(30, 50))), ([3], list(range(60, 70)))]
+    train_space(tiny_path, items, tmp_path / "run", SpaceConfig(
+        k=3, groups=2, lora_rank=4, lora_alpha=4, max_steps=2, save_steps=1, grad_accum=1,
+        keep_checkpoints=0, logging_steps=1))
+    final = json.loads((tmp_path / "run" / "adapter" / MASK_TOKEN_FILE).read_text())
+    for step in (1, 2):
+        checkpoint = tmp_path / "run" / "trainer" / f"checkpoint-{step}"
+        assert json.loads((checkpoint / MASK_TOKEN_FILE).read_text()) == final
+        merge_adapter(Path(tiny_path), checkpoint, tmp_path / f"model-{step}")
+        config = json.loads((tmp_path / f"model-{step}" / "config.json").read_text())
+        assert config["mask_token_id"] == final["mask_token_id"] == config["vocab_size"] - 1
 
 
 def test_space_refuses_an_unknown_anchor_before_anything_runs(tmp_path, capsys):

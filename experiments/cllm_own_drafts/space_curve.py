@@ -1,7 +1,7 @@
 """`space` k 5 tokens per verify step over a SPACE run's training, from its saved checkpoints.
 
-Each saved Trainer checkpoint of ``vllm-cllm train space`` (``RUN/trainer/checkpoint-N``) is
-merged into the base with the run's mask token (``RUN/adapter/mask_token.json``) and measured
+Each saved Trainer checkpoint of ``vllm-cllm train space`` (``RUN/trainer/checkpoint-N``, which
+records its mask token as the run's adapter does) is merged into the base and measured
 by ``wide.py --config space`` on the unseen problems (both prompt formats, answer quality
 beside). Resumable: a checkpoint whose ``OUT/NAME-N/wide.json`` exists is not measured again.
 Writes ``OUT/curve.json`` and ``space_curve.png`` here (drafts against optimizer steps, and
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,41 +31,27 @@ def saved_steps(run: Path) -> dict[int, Path]:
     return dict(sorted(steps.items()))
 
 
-def merged_model(run: Path, checkpoint: Path, out: Path) -> Path:
-    """The checkpoint merged into the run's base with its mask token (cached in ``out``)."""
-    from vllm_cllm.runtime.checkpoints import merge_adapter, model_path
-    from vllm_cllm.runtime.mask_token import MASK_TOKEN_FILE
-
-    if (out / "config.json").exists():
-        return out
-    adapter = out.parent / "adapter"
-    shutil.copytree(checkpoint, adapter, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("optimizer.pt", "*.pth", "*.bin", "*.pt"))
-    shutil.copy(run / "adapter" / MASK_TOKEN_FILE, adapter / MASK_TOKEN_FILE)
-    base = json.loads((run / "train_config.json").read_text())["base_model"]
-    merge_adapter(Path(model_path(base)), adapter, out)
-    shutil.rmtree(adapter)
-    return out
-
-
 def measure(name: str, run: Path, checkpoint: Path, out: Path, problems: int) -> dict:
     """``wide.py --config space``'s results for one checkpoint, merged and measured once."""
+    from vllm_cllm.runtime.checkpoints import merged_checkpoint, model_path
+
     if not (out / "wide.json").exists():
-        model = merged_model(run, checkpoint, out / "model")
-        subprocess.run([sys.executable, str(HERE / "wide.py"), "--out", str(out), "--config",
-                        "space", "--problems", str(problems), "--model", f"{name}={model}"],
-                       check=True)
-        shutil.rmtree(model)  # 0.5 GiB of float32; the rows are what is kept
+        base = json.loads((run / "train_config.json").read_text())["base_model"]
+        with merged_checkpoint(Path(model_path(base)), checkpoint) as model:
+            subprocess.run([sys.executable, str(HERE / "wide.py"), "--out", str(out),
+                            "--config", "space", "--problems", str(problems),
+                            "--model", f"{name}={model}"], check=True)
     return json.loads((out / "wide.json").read_text())
 
 
 def mask_accuracy(run: Path, window: int = 100) -> list[tuple[int, float]]:
     """The first mask slot's accuracy on training batches, averaged over ``window`` steps."""
-    logged = [(h["step"], h["mask_accuracy"]) for h in json.loads(
-        (run / "log_history.json").read_text()) if "mask_accuracy" in h]
-    return [(step, sum(a for s, a in logged if step - window < s <= step)
-             / max(1, sum(1 for s, _ in logged if step - window < s <= step)))
-            for step, _ in logged if step % window == 0]
+    buckets: dict[int, list[float]] = {}
+    for entry in json.loads((run / "log_history.json").read_text()):
+        if "mask_accuracy" in entry:
+            end = -(-entry["step"] // window) * window  # the window's last step
+            buckets.setdefault(end, []).append(entry["mask_accuracy"])
+    return [(end, sum(values) / len(values)) for end, values in sorted(buckets.items())]
 
 
 def plot(curve: dict, runs: dict[str, Path], target: float) -> None:

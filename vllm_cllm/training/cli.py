@@ -118,8 +118,8 @@ def _add_config_flags(parser: argparse.ArgumentParser, defaults: object,
     """One ``--flag`` per field of a training config dataclass (None = keep the default)."""
     from vllm_cllm.training.trainer import ANCHORS, PRECISIONS
 
-    choices = {"precision": PRECISIONS, "anchor": ANCHORS}  # refused by the parser, before any
-    # model loads
+    # refused by the parser, before any model loads
+    choices = {"precision": PRECISIONS, "anchor": ANCHORS}
     for f in fields(defaults):
         if f.name in skip:
             continue

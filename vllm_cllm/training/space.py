@@ -214,9 +214,25 @@ def train_space(base_model: str, items: list[tuple[list[int], list[int]]], out_d
                           train_dataset=SarDataset(items, mask_id, config.k, config.groups,
                                                    config.seed),
                           data_collator=lambda rows: collate_sar(rows, pad_id))
+    if config.lora_rank:  # every saved checkpoint merges as the final adapter does
+        trainer.add_callback(_mask_token_recorder(mask_id, config.k))
     # the saved config carries mask_token_id (set by add_mask_token)
     saved = train_and_save(trainer, model, tokenizer, out, lora=bool(config.lora_rank),
                            resume=resume, stop_step=config.stop_step)
     if config.lora_rank:
         write_mask_token_file(out / "adapter", MASK_TOKEN, mask_id, config.k)
     return saved
+
+
+def _mask_token_recorder(mask_id: int, k: int):
+    """A callback that writes ``mask_token.json`` into each Trainer checkpoint it saves, so
+    ``merge_adapter`` builds a servable model from any of them."""
+    from transformers import TrainerCallback
+
+    class RecordMaskToken(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            write_mask_token_file(folder, MASK_TOKEN, mask_id, k)
+            return control
+
+    return RecordMaskToken()
