@@ -1,0 +1,74 @@
+"""benchmarks/host_cost.py's core on a tiny batch, vocabulary and text: one row per proposer
+and batch size, positive times, and drafts accepted where the text repeats. No engine."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _host_cost():
+    spec = importlib.util.spec_from_file_location("host_cost", ROOT / "benchmarks/host_cost.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["host_cost"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def _repeating_pool(host_cost, vocab: int, prompt_len: int = 48, answer_len: int = 40):
+    """Requests whose prompt and answer repeat one 24-token phrase: every lookup hits."""
+    phrase = np.random.default_rng(0).integers(0, vocab - 1, 24)  # never the mask token
+
+    def make() -> list:
+        tokens = np.tile(phrase, (prompt_len + answer_len) // len(phrase) + 1)
+        return [host_cost.Request(tokens[:prompt_len + answer_len].astype(np.int32), prompt_len)
+                for _ in range(8)]
+
+    return host_cost.RequestPool(make)
+
+
+def test_every_proposer_and_batch_gets_a_row_with_drafts_accepted():
+    host_cost = _host_cost()
+    names = list(host_cost.PROPOSERS)
+    if host_cost.suffix_missing():
+        names.remove("suffix")
+    settings = host_cost.Settings(batch_sizes=(1, 3), steps=12, warmup=3, vocab=512,
+                                  max_model_len=256, proposers=names)
+    rows, profiles = host_cost.measure(_repeating_pool(host_cost, 512), settings, progress=False)
+    assert profiles == {}
+    assert sorted((r["proposer"], r["batch_size"]) for r in rows) == sorted(
+        (n, b) for n in names for b in (1, 3))
+    for row in rows:
+        assert row["propose_us"] > 0 and row["steps_timed"] == 12, row
+        assert row["tokens_per_step"] == pytest.approx(1 + row["accepted_per_step"])
+        assert 0 <= row["accepted_per_step"] <= row["drafted_per_step"] <= 2 * settings.k
+        if row["proposer"] in host_cost.OWN:
+            assert 0 < row["capture_us"] < row["propose_us"], row
+    accepted = {(r["proposer"], r["batch_size"]): r["accepted_per_step"] for r in rows}
+    for name in ("jacobi", "jacobi fixed", "ngram", "suffix"):
+        if name in names:
+            assert accepted[name, 3] > 1, (name, accepted)
+    table = host_cost.table(rows)
+    assert "| jacobi fixed |" in table and "batch 3" in table
+
+
+def test_a_draft_is_accepted_up_to_its_first_token_off_the_text():
+    """The verify step: the accepted prefix, then the text's next token (vLLM's bonus)."""
+    host_cost = _host_cost()
+    tokens = np.arange(100, 140, dtype=np.int32)
+    pool = host_cost.RequestPool(lambda: [host_cost.Request(tokens, 10)])
+    settings = host_cost.Settings(vocab=512, max_model_len=64, proposers=("ngram",))
+    run = host_cost.Run("ngram", 1, pool, settings, None)
+    run.step(timed=False)  # prefill: commits text[10]
+    slot = run.slots[0]
+    assert slot.pos == 11
+    slot.draft = [111, 112, 999, 114]  # right, right, wrong, (right but after a rejection)
+    run.step(timed=True)
+    assert slot.pos == 14 and run.accepted == [2] and run.drafted == [4]
+    assert run.token_ids[0, :14].tolist() == tokens[:14].tolist()
