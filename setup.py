@@ -3,7 +3,8 @@
 from setuptools import setup
 
 #: vllm_cllm's subpackages, one job each (README, "Layout").
-SUBPACKAGES = ["proposers", "sources", "sizing", "kernels", "training", "bench", "runtime"]
+SUBPACKAGES = ["core", "sources", "policies", "methods", "proposers", "kernels", "training",
+               "bench", "runtime"]
 
 setup(
     name="vllm-cllm",

@@ -97,14 +97,15 @@ def profile(method: str, prompts: int, offset: int, max_tokens: int,
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     from vllm_cllm.bench.suite import BenchPlan, prompt_sets
-    from vllm_cllm.proposers import capture, jacobi
+    from vllm_cllm.proposers import base
     from vllm_cllm.runtime.checkpoints import model_path
     from vllm_cllm.runtime.engine import StepCounter, create_llm
 
     timers = Timers()
     timers.wrap_forward(GPUModelRunner)
     for owner, name, label in zip(
-            (GPUModelRunner, capture.VerifyObserver, GPUModelRunner, jacobi.JacobiProposer),
+            (GPUModelRunner, base.SelfDraftingProposer, GPUModelRunner,
+             base.SelfDraftingProposer),
             ("sample_tokens", "observe_verification", "propose_draft_token_ids", "propose"),
             LABELS[1:], strict=True):
         timers.wrap(owner, name, label)

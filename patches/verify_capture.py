@@ -3,7 +3,8 @@
 ``GPUModelRunner._sample`` (the V1 runner; vLLM's CPU runner inherits it) sees the logits of
 every draft position of every request. Before calling the original we pass them, with the
 ``SpecDecodeMetadata`` and the row order, to the runner's drafter if it is one of ours
-(:class:`vllm_cllm.proposers.capture.VerifyObserver`), then call the original; other drafters are
+(:class:`vllm_cllm.proposers.base.SelfDraftingProposer`, marked ``vllm_cllm_observer``), then
+call the original; other drafters are
 untouched.
 ``GPUModelRunner._update_states`` removes finished, aborted and preempted requests from the
 input batch; after it runs, our drafter drops state of every request no longer in the batch
@@ -14,15 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_cllm.proposers.capture import VerifyObserver
-
 from . import PatchGroup, Wrap, has_params
 
 
-def observer_of(runner: Any) -> VerifyObserver | None:
-    """The runner's drafter if it is one of this project's proposers, else None."""
+def observer_of(runner: Any) -> Any | None:
+    """The runner's drafter if it is one of this project's proposers, else None (told by
+    its class attribute ``vllm_cllm_observer``: the patches import no proposer)."""
     drafter = getattr(runner, "drafter", None)
-    return drafter if isinstance(drafter, VerifyObserver) else None
+    return drafter if getattr(type(drafter), "vllm_cllm_observer", False) else None
 
 
 def _wrap_sample(original):

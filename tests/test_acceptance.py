@@ -3,15 +3,17 @@ proposer choosing and sizing candidates with them (no engine)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
+from fakes import jacobi, predictions, step, verify_and_propose
 
-from vllm_cllm.options import parse_options
-from vllm_cllm.proposers.capture import VerifyPredictions
-from vllm_cllm.proposers.jacobi import LEARNED_SOURCES, JacobiProposer, best_candidate
-from vllm_cllm.sizing.acceptance import PRIOR_RATE, TokenAcceptance
+from vllm_cllm.core.requests import RequestState
+from vllm_cllm.core.tokens import matched_prefix
+from vllm_cllm.policies.acceptance import PRIOR_RATE, TokenAcceptance
+from vllm_cllm.policies.adaptive import best_candidate
+
+#: The adaptive policy's candidates, as ``jacobi`` names them.
+LEARNED_SOURCES = ("lookup", "ngram", "model")
 
 
 def _a(*tokens: int) -> np.ndarray:
@@ -47,7 +49,7 @@ def test_only_what_the_committed_tokens_reveal_is_counted():
 
 
 def test_a_request_whose_last_draft_missed_is_valued_on_its_own():
-    from vllm_cllm.sizing.acceptance import HIT, MISSED
+    from vllm_cllm.policies.acceptance import HIT, MISSED
 
     table = TokenAcceptance(LEARNED_SOURCES)
     lone = {"lookup": _a(1, 2)}
@@ -65,55 +67,56 @@ def test_best_candidate_weighs_expected_tokens_against_the_step_cost():
     assert best_candidate({"model": np.array([])}, 20, 0) is None
 
 
+def _trees_draft(trees, req_id: str, greedy: bool, context, prompt_len: int, room: int,
+                 states: dict[str, RequestState]) -> list[int]:
+    """The suffix trees' draft for one request (its state kept in ``states``)."""
+    state = states.setdefault(req_id, RequestState())
+    one = step([list(context)], [list(context[prompt_len:])], rooms=room, greedy=greedy,
+               req_ids=[req_id])
+    return trees.propose(one, [0], [room], [state])["suffix"][0].tolist()
+
+
 def test_suffix_lookup_shares_greedy_outputs_only():
     pytest.importorskip("arctic_inference.suffix_decoding")
-    from vllm_cllm.sources.suffix_trees import SuffixTreeLookup
+    from vllm_cllm.sources.suffix_trees import SuffixTrees
 
-    lookup = SuffixTreeLookup(max_cached=8)
+    trees, states = SuffixTrees(max_cached=8), {}
     first = _a(90, 91, 40, 41, 42, 43, 44, 45)  # prompt of 2, then its output
-    assert lookup.draft("a", True, first[:3], 2, 4).tolist() == []  # nothing to match yet
-    lookup.draft("a", True, first, 2, 4)
-    lookup.drop("a")
-    assert len(lookup) == 0
+    assert _trees_draft(trees, "a", True, first[:3], 2, 4, states) == []  # nothing yet
+    _trees_draft(trees, "a", True, first, 2, 4, states)
+    trees.release("a", states.pop("a"))
     later = _a(7, 8, 40, 41, 42)
-    assert lookup.draft("b", True, later, 2, 3).tolist() == [43, 44, 45]
+    assert _trees_draft(trees, "b", True, later, 2, 3, states) == [43, 44, 45]
     # a sampled request drafts from its own tokens only (its samples depend on its drafts)
-    assert lookup.draft("c", False, later, 2, 3).tolist() == []
+    assert _trees_draft(trees, "c", False, later, 2, 3, states) == []
     # its own prompt and output count, as they do for greedy requests
     own = _a(5, 6, 9, 5, 6)
-    assert lookup.draft("d", False, own, 4, 2).tolist()[:1] == [9]
+    assert _trees_draft(trees, "d", False, own, 4, 2, states)[:1] == [9]
 
 
 def test_a_followed_request_reaches_the_tree_in_chunks_and_in_full_as_it_leaves():
     pytest.importorskip("arctic_inference.suffix_decoding")
-    from vllm_cllm.sources.suffix_trees import FOLLOW_EVERY, SuffixTreeLookup
+    from vllm_cllm.sources.suffix_trees import FOLLOW_EVERY, SuffixTrees
 
-    lookup = SuffixTreeLookup(max_cached=8)
+    trees, state = SuffixTrees(max_cached=8), RequestState()
     text = np.arange(100, 100 + 2 + FOLLOW_EVERY + 5)  # a prompt of 2, then its output
     for n in range(3, len(text) + 1):  # one committed token a step, nothing drafted
-        lookup.follow("a", True, text[:n], 2)
-    _, seen = lookup.active["a"]
-    assert seen < len(text) == seen + len(lookup.pending["a"])  # the rest waits
-    lookup.drop("a")
-    assert not lookup.pending and len(lookup) == 0
+        trees.follow(step([text[:n].tolist()], [[int(text[n - 1])]], req_ids=["a"]), [0],
+                     [state])
+    record = state.parts["suffix"]
+    assert record.seen < len(text) == record.seen + len(record.pending)  # the rest waits
+    trees.release("a", state)
     # the output's last tokens, still waiting when it left, are there for a later request
-    assert lookup.draft("b", True, text[-4:-2], 0, 2).tolist() == text[-2:].tolist()
+    assert _trees_draft(trees, "b", True, text[-4:-2], 0, 2, {}) == text[-2:].tolist()
 
 
-def _learned_proposer(k: int = 4, knee: int = 20, floor: int = 0) -> JacobiProposer:
-    spec = {"method": "jacobi", "num_speculative_tokens": k, "adaptive": True,
-            "knee_tokens": knee, "floor_tokens": floor}
-    return JacobiProposer(SimpleNamespace(
-        speculative_config=SimpleNamespace(num_speculative_tokens=k),
-        model_config=SimpleNamespace(max_model_len=200),
-        additional_config={"vllm_cllm": parse_options(spec, max_k=k).to_dict()}))
+def _learned_proposer(k: int = 4, knee: int = 20, floor: int = 0):
+    return jacobi(k, adaptive=True, knee_tokens=knee, floor_tokens=floor)
 
 
 def test_proposer_learns_which_candidates_pay_and_frees_their_state():
     """A request whose text repeats: its lookups always agree and are always right, so the
     proposer, starting from the 30 % prior, comes to draft the full k."""
-    from vllm_cllm.proposers.drafting import matched_prefix
-
     proposer = _learned_proposer(k=4)
     assert proposer.options.adaptive
     text = [3, 4, 5, 6] * 30
@@ -123,8 +126,7 @@ def test_proposer_learns_which_candidates_pay_and_frees_their_state():
         predicted = text[length:length + len(draft) + 1]  # the target's g_1 .. g_{n+1}
         accepted = matched_prefix(np.array(draft), predicted[:len(draft)])
         proposer.retain_requests({"r"}, {"r"})
-        proposer.predictions = VerifyPredictions(["r"], np.array(predicted),
-                                                 np.array([0, len(predicted)]))
+        proposer.predictions = predictions(["r"], [predicted])
         length += accepted + 1
         draft = proposer.propose([predicted[:accepted + 1]], np.array([length]), tokens)[0]
         assert draft == text[length:length + len(draft)]
@@ -134,29 +136,6 @@ def test_proposer_learns_which_candidates_pay_and_frees_their_state():
     assert proposer.tracked_requests() == set()
 
 
-def _verify_and_propose(proposer: JacobiProposer, ids: list[str], steps: int) -> list[int]:
-    """``steps`` verify steps of requests ``ids`` whose text repeats (every lookup is right),
-    each followed by the proposer's next drafts; the draft tokens made per step."""
-    from vllm_cllm.proposers.drafting import matched_prefix
-
-    text = [3, 4, 5, 6] * 30
-    tokens = np.array([text] * len(ids))
-    lengths, drafts, made = [8] * len(ids), [[] for _ in ids], []
-    for _ in range(steps):
-        rows = [text[n:n + len(d) + 1] for n, d in zip(lengths, drafts, strict=True)]
-        accepted = [matched_prefix(np.array(d), r[:len(d)]) for d, r in zip(drafts, rows,
-                                                                          strict=True)]
-        proposer.retain_requests(set(ids), set(ids))
-        proposer.predictions = VerifyPredictions(
-            ids, np.concatenate([np.array(r) for r in rows]),
-            np.cumsum([0] + [len(r) for r in rows]))
-        lengths = [n + a + 1 for n, a in zip(lengths, accepted, strict=True)]
-        drafts = proposer.propose([r[:a + 1] for r, a in zip(rows, accepted, strict=True)],
-                                  np.array(lengths), tokens)
-        made.append(sum(len(d) for d in drafts))
-    return made
-
-
 def test_where_drafts_cost_time_nothing_is_drafted_or_built():
     """Batch 16 under the CPU cost model: every lookup would be right, yet nothing is drafted
     and no candidate is built (there a closed batch ends no sooner for its drafts); the
@@ -164,16 +143,19 @@ def test_where_drafts_cost_time_nothing_is_drafted_or_built():
     the compute-bound batch, draft."""
     proposer = _learned_proposer(k=4, knee=24, floor=28)
     built = []
-    candidates = proposer._candidates
-    proposer._candidates = lambda i, *a: built.append(i) or candidates(i, *a)
+    ngrams = proposer.drafter.sources["ngram"]
+    propose = ngrams.propose
+    ngrams.propose = lambda step, rows, *a: built.extend(rows) or propose(step, rows, *a)
     busy = [f"r{i}" for i in range(16)]
-    assert _verify_and_propose(proposer, busy, 6) == [0] * 6 and built == []
-    if proposer.suffix is not None:  # arctic-inference installed: the trees take every token
-        held = {r: seen + len(proposer.suffix.pending.get(r, ()))
-                for r, (_, seen) in proposer.suffix.active.items()}
+    assert verify_and_propose(proposer, busy, 6) == [0] * 6 and built == []
+    if "suffix" in proposer.drafter.sources:  # arctic-inference: the trees take every token
+        table = proposer.drafter.table
+        records = {r: state.parts["suffix"] for r, state in table.items()}
+        held = {r: t.seen + len(t.pending if t.pending is not None else ())
+                for r, t in records.items()}
         assert held == dict.fromkeys(busy, 8 + 6)
     quiet = [f"q{i}" for i in range(4)]
-    assert _verify_and_propose(proposer, quiet, 12)[-1] > 0 and built
+    assert verify_and_propose(proposer, quiet, 12)[-1] > 0 and built
 
 
 def test_the_table_follows_a_change_of_workload():
@@ -187,26 +169,15 @@ def test_the_table_follows_a_change_of_workload():
     assert table.values(cells)["lookup"][0] < 0.5
 
 
-def _default_proposer(k: int) -> JacobiProposer:
-    """``jacobi`` with nothing but k: the recommended default (adaptive hybrid)."""
-    spec = {"method": "jacobi", "num_speculative_tokens": k}
-    return JacobiProposer(SimpleNamespace(
-        speculative_config=SimpleNamespace(num_speculative_tokens=k),
-        model_config=SimpleNamespace(max_model_len=400),
-        additional_config={"vllm_cllm": parse_options(spec, max_k=k).to_dict()}))
-
-
 def test_the_default_drafts_a_strong_jacobi_tail_over_worse_lookups():
     """A checkpoint whose own predictions are right even behind wrong draft tokens (an ideal
     CLLM), on text whose n-grams recur with other continuations (the lookups propose, and
     are mostly wrong): the default drafts the model's tail — restarting its block from
     noise whenever a tail was accepted whole — and commits several tokens per step."""
-    from vllm_cllm.proposers.drafting import matched_prefix
-
     k = 8
     rng = np.random.default_rng(0)
     text = rng.integers(10, 16, 400).tolist()  # six tokens: every n-gram recurs
-    proposer = _default_proposer(k)
+    proposer = jacobi(k, max_model_len=400)
     assert proposer.options.adaptive and proposer.options.fill == "hybrid"
     tokens = np.array([text])
     length, draft, committed, from_tail = 16, [], [], 0
@@ -214,7 +185,7 @@ def test_the_default_drafts_a_strong_jacobi_tail_over_worse_lookups():
         row = text[length:length + len(draft) + 1]  # right at every position
         accepted = matched_prefix(np.array(draft), row[:len(draft)])
         proposer.retain_requests({"r"}, {"r"})
-        proposer.predictions = VerifyPredictions(["r"], np.array(row), np.array([0, len(row)]))
+        proposer.predictions = predictions(["r"], [row])
         tail = row[accepted + 1:]
         length += accepted + 1
         committed.append(accepted + 1)

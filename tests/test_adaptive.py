@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from vllm_cllm.sizing.cost_model import (
+from vllm_cllm.policies.cost_model import (
     SPEC_STEP_OVERHEAD_PER_REQUEST,
     draft_lengths,
     drafts_cost_time,

@@ -11,8 +11,10 @@ from vllm_cllm.options import ProposerOptions, parse_options
 def test_defaults_and_valid_options():
     opts = parse_options({"method": "jacobi", "num_speculative_tokens": 8, "fill": "random",
                           "seed": 3}, max_k=128)
-    assert opts == ProposerOptions(num_speculative_tokens=8, fill="random", seed=3,
-                                   adaptive=False)
+    assert opts == ProposerOptions(
+        method="jacobi", num_speculative_tokens=8, fill="random", ngram_min=2, ngram_max=4,
+        seed=3, adaptive=False, knee_tokens=24, floor_tokens=28, token_margin_pct=30,
+        pool_size=8, history_size=16, lookup="history", mask_token_id=None)
     assert not opts.adaptive  # other fills draft a fixed k
     adaptive = parse_options({"method": "jacobi", "num_speculative_tokens": 8,
                               "adaptive": True, "knee_tokens": 64}, max_k=128)
@@ -28,8 +30,9 @@ def test_defaults_and_valid_options():
          "token_margin_pct": 0}, max_k=128).token_margin_pct == 0
     # the numpy history is kept only where the fill drafts from it
     assert opts.history_in_use == 0
-    assert parse_options({"method": "jacobi", "num_speculative_tokens": 8, "lookup": "ngram"},
-                         max_k=128).history_in_use == 16
+    for name in ("history", "ngram"):  # "ngram": the earlier name of "history"
+        assert parse_options({"method": "jacobi", "num_speculative_tokens": 8,
+                              "lookup": name}, max_k=128).history_in_use == 16
     # arctic-inference is installed here: hybrid looks earlier text up in its suffix trees,
     # which keep the last 1024 outputs; the numpy history then keeps nothing
     assert (defaults.lookup, defaults.history_size, defaults.history_in_use) == \
@@ -81,7 +84,7 @@ def test_defaults_and_valid_options():
     ({"method": "jacobi", "num_speculative_tokens": 4, "fill": "ngram", "lookup": "suffix"},
      ["lookup", "fill hybrid", "'ngram'"]),
     ({"method": "jacobi", "num_speculative_tokens": 4, "lookup": "tree"},
-     ["lookup", "suffix, ngram", "'tree'"]),
+     ["lookup", "suffix, history", "'tree'"]),
     ({"method": "jacobi", "num_speculative_tokens": 4, "lookup": "ngram", "history_size": 1000},
      ["history_size", "[0, 256]"]),
     ({"method": "space", "num_speculative_tokens": 4, "lookup": "suffix", "mask_token_id": 3},
@@ -103,7 +106,7 @@ def test_the_suffix_lookup_without_arctic_inference(monkeypatch):
 
     monkeypatch.setattr(suffix_lookup, "suffix_tree_missing", lambda: "not installed (test)")
     fallback = parse_options({"method": "jacobi", "num_speculative_tokens": 8}, max_k=128)
-    assert (fallback.lookup, fallback.history_in_use) == ("ngram", 16)
+    assert (fallback.lookup, fallback.history_in_use) == ("history", 16)
     with pytest.raises(ConfigError, match="lookup 'suffix' needs arctic-inference"):
         parse_options({"method": "jacobi", "num_speculative_tokens": 8, "lookup": "suffix"},
                       max_k=128)

@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import torch
+from fakes import jacobi, logits_for, predictions, step
+from fakes import metadata as _metadata
 
-from vllm_cllm.proposers.capture import VerifyPredictions
-from vllm_cllm.proposers.drafting import matched_prefix, next_draft
-from vllm_cllm.proposers.jacobi import JacobiProposer, JacobiSources
-from vllm_cllm.sources.ngram import NgramFill, NoFill, RandomContextFill
+from vllm_cllm.core.drafter import Drafter
+from vllm_cllm.core.predictions import VerifyPredictions
+from vllm_cllm.core.tokens import EMPTY, matched_prefix
+from vllm_cllm.policies.fixed_order import FixedOrder
+from vllm_cllm.policies.scores import SourceScores
+from vllm_cllm.sources.ngram import NgramFill, NoFill
+from vllm_cllm.sources.restart import RandomContextFill
+from vllm_cllm.sources.tail import completed_block
 
-
-def _logits_for(predicted: list[int], vocab: int = 50) -> torch.Tensor:
-    logits = torch.zeros(len(predicted), vocab)
-    logits[torch.arange(len(predicted)), torch.tensor(predicted)] = 1.0
-    return logits
-
-
-def _metadata(drafts: list[list[int]]) -> SimpleNamespace:
-    """The two fields of vLLM's SpecDecodeMetadata the capture reads."""
-    return SimpleNamespace(num_draft_tokens=[len(d) for d in drafts],
-                           draft_token_ids=torch.tensor(sum(drafts, []), dtype=torch.int32))
+_logits_for = logits_for
 
 
 def test_predictions_split_by_rows_per_request():
@@ -77,18 +71,29 @@ def test_host_capture_gives_the_device_steps_rows_and_blocks():
     assert VerifyPredictions.on_host(torch.zeros(2, 6), [1, 1], ["a", "b"]) is None  # dummy
 
 
-def _proposer(k: int, fill: str = "tail", max_model_len: int = 100, **options
-              ) -> JacobiProposer:
-    from vllm_cllm.options import parse_options
+def _proposer(k: int, fill: str = "tail", max_model_len: int = 100, **options):
+    return jacobi(k, max_model_len, fill=fill, **options)
 
-    spec = {"method": "jacobi", "num_speculative_tokens": k, "fill": fill, **options}
-    config = SimpleNamespace(
-        speculative_config=SimpleNamespace(num_speculative_tokens=k),
-        model_config=SimpleNamespace(max_model_len=max_model_len),
-        additional_config={"vllm_cllm": parse_options(spec, max_k=k).to_dict()},
-    )
-    return JacobiProposer(config)
 
+class Canned:
+    """A draft source that proposes the same candidates for every request (a toy)."""
+
+    def __init__(self, **candidates: list[int]) -> None:
+        self.names = tuple(candidates)
+        self.candidates = {n: np.array(c, dtype=np.int64) for n, c in candidates.items()}
+
+    def propose(self, step, rows, lengths, states):
+        return {n: [c[:length] for length in lengths] for n, c in self.candidates.items()}
+
+
+def _first_in_order(scores: SourceScores, order: list[str], **candidates) -> np.ndarray:
+    """One request's fixed-order draft among ``candidates`` (empty lists: no candidate),
+    with ``scores`` as its scores."""
+    source = Canned(**candidates)
+    drafter = Drafter([source], [FixedOrder(order, optional=order)])
+    state = drafter.table.open("r0", [])
+    state.parts["scores"] = scores
+    return drafter.propose(step([[1, 2, 3]], [[3]], rooms=8))[0]
 
 def test_next_draft_is_tail_past_accepted_prefix():
     # Request 0 had drafts d1..d4; target predicted g1..g5 = 11..15; 1 draft accepted, so vLLM
@@ -115,7 +120,7 @@ def test_discarded_rows_and_max_model_len_get_no_draft():
 def test_ngram_fill_continues_after_tail():
     context = np.array([1, 2, 3, 4, 5, 9, 1, 2])
     fill = NgramFill(2, 4, max_model_len=100)
-    assert next_draft(np.array([3]), context, 4, fill, NoFill()).tolist() == [3, 4, 5, 9]
+    assert completed_block(np.array([3]), context, 4, fill, NoFill()).tolist() == [3, 4, 5, 9]
 
 
 def test_random_fill_is_seeded_and_from_context():
@@ -125,72 +130,66 @@ def test_random_fill_is_seeded_and_from_context():
 
 
 def test_hybrid_prefers_the_source_that_matched():
-    state = JacobiSources()
-    jacobi, ngram = np.array([1, 2, 3]), np.array([7, 8, 9])
+    state = SourceScores("block")
+    block, ngram = np.array([1, 2, 3]), np.array([7, 8, 9])
     for _ in range(3):
-        state.choose({"model": jacobi, "ngram": ngram})
+        state.choose({"block": block, "ngram": ngram})
         state.update([1, 2, 3, 4])  # the Jacobi draft was right
-    assert state.choose({"model": jacobi, "ngram": ngram}) is jacobi
+    assert state.choose({"block": block, "ngram": ngram}) is block
     assert matched_prefix(np.array([1, 2, 5]), [1, 2, 3]) == 2
 
 
 def test_hybrid_switches_to_a_third_source_that_keeps_matching():
-    state = JacobiSources()
-    tail, ngram, pool = np.array([1, 2, 3]), np.array([7, 8, 9]), np.array([4, 5, 6])
+    state = SourceScores("block")
+    block, ngram, pool = np.array([1, 2, 3]), np.array([7, 8, 9]), np.array([4, 5, 6])
     for _ in range(6):
-        state.choose({"model": tail, "ngram": ngram, "pool": pool})
+        state.choose({"block": block, "ngram": ngram, "pool": pool})
         state.update([4, 5, 6, 1])  # only the recycled iterate was right
-    assert state.choose({"model": tail, "ngram": ngram, "pool": pool}) is pool
-    empty = np.empty(0, dtype=np.int64)
+    assert state.choose({"block": block, "ngram": ngram, "pool": pool}) is pool
     state.update([9])  # a step where no source matched...
-    state.choose({"model": tail, "ngram": ngram, "pool": empty})
+    state.choose({"block": block, "ngram": ngram, "pool": EMPTY})
     state.update([9])  # ...and one where the pool had nothing: its score is kept
     assert state.scores["pool"] > state.scores["ngram"]
 
 
-def test_hybrid_probes_a_useless_tail_with_a_short_draft():
-    state = JacobiSources()
-    jacobi, empty = np.arange(10, 18), np.empty(0, dtype=np.int64)
-    assert len(state.choose({"model": jacobi, "ngram": empty})) == 8  # optimistic start
+def test_hybrid_probes_a_useless_block_with_a_short_draft():
+    state = SourceScores("block")
+    block = np.arange(10, 18)
+    assert len(state.choose({"block": block, "ngram": EMPTY})) == 8  # optimistic start
     for _ in range(5):
-        state.choose({"model": jacobi, "ngram": empty})
-        state.update([1, 2, 3])  # the tail never matches
-    assert len(state.choose({"model": jacobi, "ngram": empty})) == 2
+        state.choose({"block": block, "ngram": EMPTY})
+        state.update([1, 2, 3])  # the block never matches
+    assert len(state.choose({"block": block, "ngram": EMPTY})) == 2
 
 
-def test_jacobi_drafts_a_lookup_before_the_pool_and_the_pool_before_its_tail():
-    state = JacobiSources()
-    tail, ngram = np.array([1, 2, 3]), np.array([7, 8, 9])
-    lookup, pool, empty = np.array([4, 5]), np.array([6]), np.empty(0, dtype=np.int64)
-    for _ in range(3):  # the tail has been right: its score does not outrank a lookup
-        state.first_in_order({"model": tail, "ngram": ngram})
-        state.update([1, 2, 3, 4])
-    assert state.first_in_order({"model": tail, "ngram": ngram, "pool": pool,
-                                 "lookup": lookup}) is ngram
-    assert state.first_in_order({"model": tail, "ngram": empty, "pool": pool,
-                                 "lookup": lookup}) is lookup
-    assert state.first_in_order({"model": tail, "ngram": empty, "pool": pool}) is pool
-    assert state.first_in_order({"model": tail, "ngram": empty}) is tail
-    for _ in range(5):  # a tail that keeps missing is still cut to a probe
-        state.first_in_order({"model": tail, "ngram": empty})
-        state.update([9])
-    assert len(state.first_in_order({"model": np.arange(8), "ngram": empty})) == 2
+def test_jacobi_drafts_a_lookup_before_the_pool_and_the_pool_before_its_block():
+    order = ["ngram", "suffix", "pool", "block"]
+    scores = SourceScores("block", {"block": 2.0})  # the block has been right: no matter
+    assert _first_in_order(scores, order, block=[1, 2, 3], ngram=[7, 8, 9], pool=[6],
+                           suffix=[4, 5]).tolist() == [7, 8, 9]
+    assert _first_in_order(scores, order, block=[1, 2, 3], ngram=[], pool=[6],
+                           suffix=[4, 5]).tolist() == [4, 5]
+    assert _first_in_order(scores, order, block=[1, 2, 3], ngram=[], pool=[6]
+                           ).tolist() == [6]
+    assert _first_in_order(scores, order, block=[1, 2, 3], ngram=[]).tolist() == [1, 2, 3]
+    missing = SourceScores("block", {"block": 0.1})  # a block that keeps missing: a probe
+    assert _first_in_order(missing, order, block=list(range(8)), ngram=[]).tolist() == [0, 1]
 
 
 def test_jacobi_drafts_the_ngram_continuation_that_has_matched_better_in_the_request():
-    state = JacobiSources()
-    usual, latest, tail = np.array([7, 8, 9]), np.array([7, 5, 6]), np.array([1, 2])
-    candidates = {"model": tail, "ngram": usual, "ngram_latest": latest}
-    assert state.first_in_order(candidates) is usual  # a tie goes to the usual continuation
-    state.update([7, 5, 6, 0])  # the latest occurrence's continuation was right
-    assert state.first_in_order(candidates) is latest
-    for _ in range(3):
-        state.update([7, 8, 9, 0])  # then the usual one, for longer
-        state.first_in_order(candidates)
-    assert state.first_in_order(candidates) is usual
-    empty = np.empty(0, dtype=np.int64)  # no n-gram match: the order goes on as before
-    assert state.first_in_order({"model": tail, "ngram": empty, "ngram_latest": empty}
-                                ).tolist() == tail.tolist()
+    order = ["ngram", "block"]
+    usual, latest, block = [7, 8, 9], [7, 5, 6], [1, 2]
+    tie = SourceScores("block")
+    assert _first_in_order(tie, order, block=block, ngram=usual,
+                           ngram_latest=latest).tolist() == usual  # a tie: the usual one
+    better = SourceScores("block", {"ngram": 0.3, "ngram_latest": 0.9})
+    assert _first_in_order(better, order, block=block, ngram=usual,
+                           ngram_latest=latest).tolist() == latest
+    assert set(better.proposed) >= {"ngram", "ngram_latest"}  # both scored next step
+    assert better.proposed["ngram"].tolist() == usual  # as proposed, not as drafted
+    # no n-gram match: the order goes on as before
+    assert _first_in_order(better, order, block=block, ngram=[],
+                           ngram_latest=[]).tolist() == block
 
 
 def test_pool_continues_the_context_from_a_recent_iterate():
@@ -232,14 +231,15 @@ def test_proposer_drafts_from_its_pool_of_recent_iterates():
     """The proposer keeps each request's recent Jacobi iterates (last committed token + tail)
     and, once the pool has matched better than the other sources, drafts its continuation."""
     proposer = _proposer(k=3, fill="hybrid", adaptive=False)
-    state = proposer._request("a", [1])
-    state.sources.pool.append(np.array([2, 30, 31, 32]))
-    state.sources.scores.update({"model": 0.0, "ngram": 0.0, "pool": 2.0})
+    state = proposer.drafter.table.open("a", [])
+    state.parts["pool"] = [np.array([2, 30, 31, 32])]
+    state.parts["scores"] = SourceScores("block", {"block": 0.0, "ngram": 0.0, "pool": 2.0})
     tokens = np.zeros((1, 20), dtype=np.int64)
     tokens[0, :3] = [5, 6, 30]  # committed "... 30": the pool stream continues with 31 32
-    draft = proposer._draft_fixed(0, [30], 3, state, None, np.array([3]), tokens)
-    assert draft.tolist() == [31, 32]
-    assert len(state.sources.pool) == 1  # no tail this step: nothing new to recycle
+    proposer.retain_requests({"a"}, {"a"})
+    proposer.predictions = predictions(["a"], [[30]])  # nothing drafted: no tail
+    assert proposer.propose([[30]], np.array([3]), tokens)[0] == [31, 32]
+    assert len(state.parts["pool"]) == 1  # no tail this step: nothing new to recycle
 
 
 def test_hybrid_state_is_dropped_when_request_leaves():
@@ -256,7 +256,8 @@ def test_outputs_of_requests_that_left_become_a_draft_source_for_greedy_requests
     greedy request whose context ends like a phrase of it gets the rest of the phrase drafted
     once that source has matched best. A sampled request never drafts from it: its samples
     depend on its drafts, which must not depend on what ran before it."""
-    proposer = _proposer(k=4, fill="hybrid", lookup="ngram", adaptive=False)
+    proposer = _proposer(k=4, fill="hybrid", lookup="history", adaptive=False)
+    history = proposer.drafter.sources["history"].history
     tokens = np.zeros((1, 20), dtype=np.int64)
     tokens[0, :12] = [90, 91, 92, 93, 40, 41, 42, 43, 44, 45, 46, 47]  # prompt of 4 + output
     proposer.observe_verification(_logits_for([40]), None, ["a"])
@@ -265,17 +266,18 @@ def test_outputs_of_requests_that_left_become_a_draft_source_for_greedy_requests
     proposer.propose([[41, 42, 43, 44, 45, 46, 47]], np.array([12]), tokens)
     proposer.retain_requests(set())  # "a" finished
     assert proposer.tracked_requests() == set()
-    assert [o.tolist() for o in proposer.history.outputs.values()] == \
-        [[40, 41, 42, 43, 44, 45, 46, 47]]
+    assert [o.tolist() for o in history.outputs.values()] == [[40, 41, 42, 43, 44, 45, 46, 47]]
     tokens[0, :6] = [7, 8, 9, 40, 41, 42]
-    predictions = VerifyPredictions(["b"], np.array([42]), np.array([0, 1]))
     for greedy, expected in (({"b"}, [43, 44, 45, 46]), (set(), [])):
         proposer.retain_requests({"b"}, greedy)
-        state = proposer._request("b", [42])
-        state.sources.scores.update({"model": 0.0, "ngram": 0.0, "pool": 0.0, "lookup": 2.0})
-        draft = proposer._draft_fixed(0, [42], 4, state, predictions, np.array([6]), tokens)
-        assert draft.tolist()[:len(expected)] == expected
-        assert ("lookup" in state.sources.proposed) == bool(greedy)
+        state = proposer.drafter.table.open("b", [])
+        state.parts["scores"] = SourceScores("block", {"block": 0.0, "ngram": 0.0,
+                                                       "history": 2.0})
+        proposer.predictions = predictions(["b"], [[42]])
+        draft = proposer.propose([[42]], np.array([6]), tokens)[0]
+        assert draft[:len(expected)] == expected
+        assert len(state.parts["scores"].proposed["history"]) == (4 if greedy else 0)
+        proposer.retain_requests(set())
 
 
 def test_ngram_prefers_longest_then_usual_then_first_match():

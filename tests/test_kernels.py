@@ -22,8 +22,8 @@ from vllm_cllm.bench.kernel_cases import (
     edge_cases,
     random_cases,
 )
+from vllm_cllm.core.predictions import VerifyPredictions
 from vllm_cllm.kernels import fixed_point_step, resolve_backend, triton_available
-from vllm_cllm.proposers.capture import VerifyPredictions
 
 ALL_CASES = {**edge_cases(), **random_cases()}
 

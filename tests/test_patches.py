@@ -58,7 +58,8 @@ def test_failed_probe_patches_nothing_and_names_version_and_piece():
 def test_register_twice_wraps_vllm_once():
     from vllm.engine.arg_utils import EngineArgs
 
-    from vllm_cllm.plugin import apply_worker_patches, register
+    from vllm_cllm.patches.worker import apply_worker_patches
+    from vllm_cllm.plugin import register
 
     register()
     register()
@@ -97,14 +98,15 @@ def test_a_step_without_drafts_is_sampled_plainly_only_for_our_drafters():
     no spec-decode metadata (vLLM's plain sampler); otherwise vLLM's result untouched."""
     from types import SimpleNamespace
 
+    from fakes import jacobi
+
     from vllm_cllm.patches import undrafted_step
-    from vllm_cllm.proposers.capture import VerifyObserver
 
     assert undrafted_step.patch_group().missing() == []  # the installed vLLM has the hooks
     metadata = SimpleNamespace(num_draft_tokens=[0, 0])
     wrapped = undrafted_step._wrap_prepare_inputs(
         lambda self, scheduler_output, n: ("indices", metadata, 1, n))
-    ours, theirs = SimpleNamespace(drafter=VerifyObserver()), SimpleNamespace(drafter=object())
+    ours, theirs = SimpleNamespace(drafter=jacobi()), SimpleNamespace(drafter=object())
     undrafted = SimpleNamespace(scheduled_spec_decode_tokens={})
     drafted = SimpleNamespace(scheduled_spec_decode_tokens={"r0": [5, 6]})
     assert wrapped(ours, undrafted, 2) == ("indices", None, 1, 2)

@@ -9,13 +9,16 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from fakes import vllm_config
 
+from vllm_cllm.core.predictions import VerifyPredictions
 from vllm_cllm.errors import ConfigError
 from vllm_cllm.options import parse_options
-from vllm_cllm.proposers.capture import VerifyPredictions
-from vllm_cllm.proposers.drafting import SourceScores
-from vllm_cllm.proposers.space import SpaceProposer, SpaceRequest, next_candidates
+from vllm_cllm.policies.mask_slots import Slots
+from vllm_cllm.policies.scores import SourceScores
+from vllm_cllm.proposers.space import SpaceProposer
 from vllm_cllm.runtime.mask_token import MASK_TOKEN, add_mask_token
+from vllm_cllm.sources.masks import next_candidates
 from vllm_cllm.sources.ngram import NgramFill, NoFill
 from vllm_cllm.training.space import (
     SarDataset,
@@ -255,9 +258,9 @@ def test_device_step_reads_mask_rows_and_tails_like_the_host_rule():
     """The capture's fixed-point step, told each request's mask slots, gives the same next
     candidates as the rule on the host: mask rows after a full acceptance, else the tail."""
     proposer = _proposer(k=3)
-    proposer.own_fill = NoFill()
-    proposer.use_tail = True
-    proposer.request_state = {"full": SpaceRequest(2, None), "rej": SpaceRequest(3, None)}
+    _fills(proposer, NoFill(), use_tail=True)
+    _slots(proposer, "full", 2)
+    _slots(proposer, "rej", 3)
     # full: c1 c2 + 3 masks, both accepted; rej: c1 c2 c3 + 3 masks, c1 accepted
     rows = [[50, 51, 52, 60, 61, 62], [70, 71, 72, 73, 80, 81, 82]]
     logits = torch.zeros(13, 128)
@@ -286,15 +289,31 @@ def test_first_step_uses_the_fill_or_masks_only():
     assert next_candidates(np.array([9, 9, 9]), 1, None, 4, context, NoFill()).tolist() == []
 
 
-def _proposer(k: int = 3, max_model_len: int = 100) -> SpaceProposer:
-    stored = {"method": "space", "num_speculative_tokens": k, "fill": "masks", "ngram_min": 2,
-              "ngram_max": 4, "seed": 0, "mask_token_id": MASK}
-    config = SimpleNamespace(
-        additional_config={"vllm_cllm": stored},
-        speculative_config=SimpleNamespace(num_speculative_tokens=2 * k),
-        model_config=SimpleNamespace(max_model_len=max_model_len,
-                                     hf_config=SimpleNamespace(mask_token_id=MASK)))
-    return SpaceProposer(config)
+def _proposer(k: int = 3, max_model_len: int = 100, fill: str = "masks") -> SpaceProposer:
+    spec = {"method": "space", "num_speculative_tokens": k, "fill": fill,
+            "mask_token_id": MASK}
+    return SpaceProposer(vllm_config(spec, max_model_len,
+                                     SimpleNamespace(mask_token_id=MASK)))
+
+
+def _slots(proposer: SpaceProposer, req_id: str, last_candidates: int,
+           scores: SourceScores | None = None) -> Slots:
+    """Request ``req_id``'s record as if it had drafted ``last_candidates`` candidates."""
+    state = proposer.drafter.table.open(req_id, [])
+    slots = state.parts["space"] = Slots(last_candidates, scores)
+    return slots
+
+
+def _fills(proposer: SpaceProposer, fill, use_tail: bool = False) -> None:
+    """What the candidates fall back to after a rejection (both greedy and sampled)."""
+    source = proposer.drafter.sources["masks"]
+    source.fill = source.greedy_fill = fill
+    source.use_tail = use_tail
+    source.fill_alone = True
+
+
+def _last_candidates(proposer: SpaceProposer, req_id: str) -> int:
+    return proposer.drafter.table.get(req_id).parts["space"].last_candidates
 
 
 def test_proposer_appends_k_masks_and_tracks_candidates():
@@ -302,12 +321,12 @@ def test_proposer_appends_k_masks_and_tracks_candidates():
     tokens = np.zeros((1, 100), dtype=np.int64)
     proposer.predictions = VerifyPredictions(["r"], np.array([40]), np.array([0, 1]))
     assert proposer.propose([[40]], np.array([10]), tokens) == [[MASK] * 3]  # masks only
-    assert proposer.request_state["r"].last_candidates == 0
+    assert _last_candidates(proposer, "r") == 0
     # next step: nothing to accept, M1 at the bonus position -> mask predictions
     proposer.predictions = VerifyPredictions(["r"], np.array([41, 42, 43, 44]),
                                              np.array([0, 4]))
     assert proposer.propose([[41]], np.array([11]), tokens) == [[42, 43, 44] + [MASK] * 3]
-    assert proposer.request_state["r"].last_candidates == 3
+    assert _last_candidates(proposer, "r") == 3
     proposer.retain_requests(set())
     assert proposer.tracked_requests() == set()
 
@@ -317,7 +336,7 @@ def test_proposer_truncates_masks_first_near_max_model_len():
     tokens = np.zeros((1, 16), dtype=np.int64)
     proposer.predictions = VerifyPredictions(["r"], np.array([41, 42, 43, 44]),
                                              np.array([0, 4]))
-    proposer.request_state["r"] = SpaceRequest(0, None)  # no scores without fill=hybrid
+    _slots(proposer, "r", 0)  # no scores without fill=hybrid
     assert proposer.propose([[41]], np.array([12]), tokens) == [[42, 43, 44, MASK]]
 
 
@@ -339,18 +358,18 @@ def test_mask_logit_is_never_the_argmax():
 def test_hybrid_prefers_ngrams_for_a_request_whose_mask_guesses_keep_missing():
     """...and the lookup drafts past k, as far as its match goes, into the 2k slots: the
     masks take the slots it leaves."""
-    proposer = _proposer(k=3)
-    proposer.own_fill = NgramFill(2, 2, 100)
+    proposer = _proposer(k=3, fill="hybrid")
+    _fills(proposer, NgramFill(2, 2, 100))
     tokens = np.zeros((1, 100), dtype=np.int64)
     tokens[0, :6] = [1, 2, 3, 4, 1, 2]  # n-gram lookup alone continues "1 2" with "3 4 1 2"
-    proposer.request_state["r"] = SpaceRequest(0, SourceScores({"model": 0.1, "ngram": 1.5}))
+    _slots(proposer, "r", 0, SourceScores("masks", {"masks": 0.1, "ngram": 1.5}))
     proposer.predictions = VerifyPredictions(["r"], np.array([2, 42, 43, 44]),
                                              np.array([0, 4]))
     assert proposer.propose([[2]], np.array([6]), tokens) == [[3, 4, 1, 2] + [MASK] * 2]
-    assert proposer.request_state["r"].last_candidates == 4
+    assert _last_candidates(proposer, "r") == 4
     # a match as long as all 2k slots leaves no mask; the next step has no mask rows then
     tokens[0, :10] = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2]
-    proposer.request_state["r"] = SpaceRequest(0, SourceScores({"model": 0.1, "ngram": 1.5}))
+    _slots(proposer, "r", 0, SourceScores("masks", {"masks": 0.1, "ngram": 1.5}))
     proposer.predictions = VerifyPredictions(["r"], np.array([2, 42, 43, 44]),
                                              np.array([0, 4]))
     assert proposer.propose([[2]], np.array([10]), tokens) == [[3, 4, 5, 6, 7, 8]]
@@ -358,36 +377,30 @@ def test_hybrid_prefers_ngrams_for_a_request_whose_mask_guesses_keep_missing():
 
 
 def test_hybrid_after_a_rejection_scores_the_jacobi_tail_against_ngrams():
-    proposer = _proposer(k=3)
-    proposer.own_fill = NgramFill(2, 2, 100)
-    proposer.use_tail = True
+    proposer = _proposer(k=3, fill="hybrid")
+    _fills(proposer, NgramFill(2, 2, 100), use_tail=True)
     tokens = np.zeros((1, 100), dtype=np.int64)
     tokens[0, :6] = [1, 2, 3, 4, 1, 2]  # n-gram lookup alone continues "1 2" with "3 4 1"
     # last step: 3 candidates + 3 masks, the 2nd candidate rejected -> the tail behind it
     row = np.array([50, 51, 52, 53, 60, 61, 62])
-    for scores, expected in (({"model": 1.0, "tail": 0.9, "ngram": 0.2}, [52, 53, MASK,
-                                                                           MASK, MASK]),
-                             ({"model": 1.0, "tail": 0.1, "ngram": 1.5}, [3, 4, 1, 2, MASK,
-                                                                           MASK])):
-        state = SourceScores(dict(scores))
-        proposer.request_state["r"] = SpaceRequest(3, state)
+    for scores, expected in (({"masks": 1.0, "block": 0.9, "ngram": 0.2}, [52, 53, MASK,
+                                                                            MASK, MASK]),
+                             ({"masks": 1.0, "block": 0.1, "ngram": 1.5}, [3, 4, 1, 2, MASK,
+                                                                            MASK])):
+        state = SourceScores("masks", dict(scores))
+        _slots(proposer, "r", 3, state)
         proposer.predictions = VerifyPredictions(["r"], row, np.array([0, 7]),
                                                  num_mask=np.array([3]))
         assert proposer.propose([[50, 51]], np.array([6]), tokens) == [expected]
-        assert set(state.proposed) == {"tail", "ngram"}  # scored next step as "tail"
+        assert set(state.proposed) == {"block", "ngram"}  # scored next step as the block
 
 
 def test_ngram_fill_falls_back_to_earlier_outputs_and_requests_feed_them():
     """With ``fill: ngram`` a rejection without an n-gram match in a greedy request drafts
     what followed its context in an earlier request's output (a sampled one drafts masks
     only); a request's output (not its prompt) enters that history when it leaves."""
-    stored = {"method": "space", "num_speculative_tokens": 3, "fill": "ngram",
-              "ngram_min": 2, "ngram_max": 4, "seed": 0, "mask_token_id": MASK}
-    proposer = SpaceProposer(SimpleNamespace(
-        additional_config={"vllm_cllm": stored},
-        speculative_config=SimpleNamespace(num_speculative_tokens=6),
-        model_config=SimpleNamespace(max_model_len=100,
-                                     hf_config=SimpleNamespace(mask_token_id=MASK))))
+    proposer = _proposer(k=3, fill="ngram")
+    history = proposer.drafter.sources["masks"].greedy_fill.history
     tokens = np.zeros((1, 100), dtype=np.int64)
     tokens[0, :9] = [90, 91, 30, 31, 32, 33, 34, 35, 36]  # prompt of 2, then its output
     proposer.predictions = VerifyPredictions(["a"], np.array([30]), np.array([0, 1]))
@@ -395,17 +408,16 @@ def test_ngram_fill_falls_back_to_earlier_outputs_and_requests_feed_them():
     proposer.predictions = VerifyPredictions(["a"], np.array([36]), np.array([0, 1]))
     proposer.propose([[31, 32, 33, 34, 35, 36]], np.array([9]), tokens)
     proposer.retain_requests(set())
-    assert [o.tolist() for o in proposer.history.outputs.values()] == \
-        [[30, 31, 32, 33, 34, 35, 36]]
+    assert [o.tolist() for o in history.outputs.values()] == [[30, 31, 32, 33, 34, 35, 36]]
     tokens[0, :5] = [7, 8, 31, 32, 33]  # no n-gram repeats here; "31 32 33" did in "a"
-    proposer.request_state["b"] = SpaceRequest(3, None)
     proposer.retain_requests({"b"}, {"b"})  # a greedy request
+    _slots(proposer, "b", 3)
     row = np.array([31, 60, 61, 62, 70, 71, 72])  # 1 of 3 candidates accepted
     proposer.predictions = VerifyPredictions(["b"], row, np.array([0, 7]),
                                              num_mask=np.array([3]))
     assert proposer.propose([[32, 33]], np.array([5]), tokens) == [[34, 35, 36] + [MASK] * 3]
     proposer.retain_requests({"b"}, set())  # sampled
-    proposer.request_state["b"] = SpaceRequest(3, None)
+    _slots(proposer, "b", 3)
     proposer.predictions = VerifyPredictions(["b"], row, np.array([0, 7]),
                                              num_mask=np.array([3]))
     assert proposer.propose([[32, 33]], np.array([5]), tokens) == [[MASK] * 3]
@@ -476,25 +488,18 @@ def test_device_and_host_capture_give_the_same_next_blocks(method):
     """Every proposer's capture through the device step (torch on CPU tensors here, Triton
     on a GPU) and through the host path, on the same verify steps: the same next block for
     every request, however many drafts it had (``space`` verifies up to 2k slots)."""
-    from vllm_cllm.proposers.jacobi import JacobiProposer
+    from fakes import jacobi
 
     k = 3
-    if method == "space":
-        proposer = _proposer(k=k)
-    else:
-        spec = {"method": "jacobi", "num_speculative_tokens": k}
-        proposer = JacobiProposer(SimpleNamespace(
-            speculative_config=SimpleNamespace(num_speculative_tokens=k),
-            model_config=SimpleNamespace(max_model_len=100),
-            additional_config={"vllm_cllm": parse_options(spec, max_k=k).to_dict()}))
+    proposer = _proposer(k=k) if method == "space" else jacobi(k, max_model_len=100)
     rng = np.random.default_rng(0)
     slots = proposer.options.vllm_draft_tokens
     for _ in range(20):
         req_ids = [f"r{i}" for i in range(4)]
         num_drafts = [int(n) for n in rng.integers(0, slots + 1, len(req_ids))]
         if method == "space":  # some of each request's slots are masks behind its candidates
-            proposer.request_state = {r: SpaceRequest(int(rng.integers(0, n + 1)), None)
-                                      for r, n in zip(req_ids, num_drafts, strict=True)}
+            for r, n in zip(req_ids, num_drafts, strict=True):
+                _slots(proposer, r, int(rng.integers(0, n + 1)))
         rows = sum(n + 1 for n in num_drafts)
         logits = torch.randn(rows, 64)
         drafts = torch.randint(0, 64, (sum(num_drafts),))
@@ -535,7 +540,8 @@ def test_load_model_warms_the_step_each_proposer_runs(monkeypatch):
     for cls, spec in ((SpaceProposer, {"method": "space", "num_speculative_tokens": 3,
                                        "mask_token_id": MASK}),
                       (JacobiProposer, {"method": "jacobi", "num_speculative_tokens": 3})):
-        cls(SimpleNamespace(speculative_config=SimpleNamespace(num_speculative_tokens=6),
+        slots = 6 if spec["method"] == "space" else 3
+        cls(SimpleNamespace(speculative_config=SimpleNamespace(num_speculative_tokens=slots),
                             model_config=model,
                             additional_config={"vllm_cllm": parse_options(
                                 spec, max_k=128).to_dict()})).load_model(None)
@@ -547,7 +553,9 @@ def test_a_pending_device_copy_is_waited_for_only_when_the_proposer_reads_it():
     """On CUDA the capture queues its device-to-host copy and returns: the wait (an event's
     synchronize) happens when ``propose()`` takes the predictions, after vLLM's sampler was
     launched; until then the batch's requests are still tracked."""
-    from vllm_cllm.proposers.capture import PendingPredictions, VerifyObserver
+    from fakes import jacobi
+
+    from vllm_cllm.core.predictions import PendingPredictions
 
     class Event:
         waited = 0
@@ -557,7 +565,7 @@ def test_a_pending_device_copy_is_waited_for_only_when_the_proposer_reads_it():
 
     # two requests: 1 draft (rows 2) and 0 drafts (row 1); k = 2
     packed = torch.tensor([5, 6, 7, 1, 0, 1, 0, 6, -1, -1, -1])
-    observer = VerifyObserver()
+    observer = jacobi(k=2)
     observer.predictions = PendingPredictions(["a", "b"], packed, Event(), [2, 1], 2, None)
     assert observer.tracked_requests() == {"a", "b"} and Event.waited == 0
     preds = observer.take_predictions()

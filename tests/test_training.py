@@ -526,7 +526,7 @@ def test_onpolicy_records_pair_each_draft_with_what_was_committed():
 def _jacobi_replay_without_cache(model, prompt, answer, n, k):
     """Pure Jacobi decoding along ``answer`` by full forwards: the oracle for the guided
     drafts' KV-cache replay."""
-    from vllm_cllm.sources.ngram import RandomContextFill
+    from vllm_cllm.sources.restart import RandomContextFill
 
     clean, committed, tail, drafts = prompt + answer, len(prompt) + 1, [], []
     while committed + n <= len(clean):

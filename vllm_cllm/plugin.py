@@ -1,8 +1,8 @@
 """Entry point of the ``vllm.general_plugins`` group: vLLM calls :func:`register` in every process.
 
 Only front-end patches are applied here (cheap, no model-runner import). Worker patches are
-applied by our proposers when a worker builds one, which is also the only place they matter.
-Both are idempotent and all-or-nothing.
+applied by our proposers when a worker builds one (:mod:`vllm_cllm.patches.worker`). Both are
+idempotent and all-or-nothing.
 """
 
 from __future__ import annotations
@@ -15,13 +15,3 @@ def register() -> None:
     speculative_config.patch_group().apply()
     if ray_cpu.enabled():  # opt-in: vLLM's Ray executor on the CPU build
         ray_cpu.patch_group().apply()
-
-
-def apply_worker_patches() -> None:
-    """Route verify logits to our proposers; raises UnsupportedVllmError if vLLM lacks a hook."""
-    from vllm_cllm.patches import apply_groups, cpu_expand_dtype, undrafted_step, verify_capture
-
-    groups = [verify_capture.patch_group(), undrafted_step.patch_group()]
-    if cpu_expand_dtype.needed():
-        groups.append(cpu_expand_dtype.patch_group())
-    apply_groups(groups)

@@ -109,7 +109,7 @@ def _verify_step(rng: np.random.Generator, slots: int, vocab: int, masked: bool
 def capture_device_against_host(device: torch.device, sync_check: bool = False
                                 ) -> dict[str, Any]:
     """Both proposers' layouts: the device step's next blocks equal the host rule's."""
-    from vllm_cllm.proposers.capture import PendingPredictions, VerifyPredictions
+    from vllm_cllm.core.predictions import PendingPredictions, VerifyPredictions
 
     rng = np.random.default_rng(0)
     steps = 0
@@ -177,8 +177,8 @@ def _compiled_variants() -> int:
 
 def compiles_after_warm_up(device: torch.device) -> dict[str, Any]:
     """``load_model()``'s warm-up, then serving-shaped steps: no further compile."""
+    from vllm_cllm.core.predictions import PendingPredictions, VerifyPredictions
     from vllm_cllm.kernels import warm_up
-    from vllm_cllm.proposers.capture import PendingPredictions, VerifyPredictions
 
     vocab, dtype = VOCABS[0], torch.bfloat16
     rng = np.random.default_rng(1)

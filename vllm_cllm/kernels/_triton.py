@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from vllm_cllm.kernels.fixed_point import FixedPointResult
+from vllm_cllm.kernels.result import FixedPointResult
 
 #: Vocabulary block of the argmax loop (elements per program per iteration).
 ARGMAX_BLOCK = 1024

@@ -21,22 +21,13 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from vllm_cllm.kernels.result import FixedPointResult
+
 BACKENDS = ("auto", "torch", "triton")
-
-
-@dataclass
-class FixedPointResult:
-    """Device tensors of one step; ``next_draft[i, :next_len[i]]`` is valid, the rest is -1."""
-
-    argmax: torch.Tensor  # [T] int64
-    accepted: torch.Tensor  # [B] int32
-    next_draft: torch.Tensor  # [B, k] int64
-    next_len: torch.Tensor  # [B] int32
 
 
 @functools.cache

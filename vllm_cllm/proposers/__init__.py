@@ -1,1 +1,2 @@
-"""The proposers vLLM's ``custom_class`` hook builds, and the verify-step capture they share."""
+"""The proposers vLLM's ``custom_class`` hook builds: the vLLM adapter (:mod:`.base`) and one
+class per method."""

@@ -5,15 +5,22 @@ scaffolding of a solution, boilerplate code); vLLM's ``suffix`` method drafts fr
 responses for that reason. :class:`OutputHistory` keeps the last few outputs, indexed by their
 n-grams of ``min_match`` tokens, so that a lookup per request and step costs a dictionary
 probe, not a scan of every output. Filled in the order requests leave the batch, which every
-tensor-parallel rank sees alike, so every rank drafts the same.
+tensor-parallel rank sees alike, so every rank drafts the same. Only greedy requests draft
+from it: a sampled request's samples depend on its drafts, and a seeded one must get the same
+samples whatever ran before it.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 
+from vllm_cllm.core.drafter import Candidates
+from vllm_cllm.core.requests import RequestState
+from vllm_cllm.core.step import VerifyStep
+from vllm_cllm.core.tokens import EMPTY
 from vllm_cllm.sources.ngram import Fill
 
 
@@ -81,3 +88,23 @@ class HistoryFill:
     def __call__(self, context: np.ndarray, num_tokens: int) -> np.ndarray:
         found = self.first(context, num_tokens)
         return found if len(found) else self.history.continuation(context, num_tokens)
+
+
+class HistorySource:
+    """Source ``history``: the :class:`OutputHistory` continuation, for greedy requests.
+    Subscribes to the request table (wanting outputs): a request that leaves adds its
+    output."""
+
+    names = ("history",)
+
+    def __init__(self, history: OutputHistory) -> None:
+        self.history = history
+
+    def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
+                states: Sequence[RequestState]) -> Candidates:
+        return {"history": [self.history.continuation(step.context(i), n)
+                            if self.history and step.greedy[i] else EMPTY
+                            for i, n in zip(rows, lengths, strict=True)]}
+
+    def release(self, req_id: str, state: RequestState) -> None:
+        self.history.add(np.asarray(state.output, dtype=np.int64))

@@ -1,17 +1,20 @@
-"""N-gram lookups in the request's own tokens, and the fill policies built on them: what
-completes a draft after the Jacobi tail, up to k tokens.
+"""The request's own n-grams as a draft source (prompt-lookup decoding), and the fills that
+complete a Jacobi tail up to k tokens.
 
-Each policy is a deterministic function of the request's own tokens (and a seeded generator),
-so every tensor-parallel rank drafts the same thing.
+Each is a deterministic function of the request's own tokens, so every tensor-parallel rank
+drafts the same thing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
 
-from vllm_cllm.options import ProposerOptions
+from vllm_cllm.core.drafter import Candidates
+from vllm_cllm.core.requests import RequestState
+from vllm_cllm.core.step import VerifyStep
 
 
 class Fill(Protocol):
@@ -112,35 +115,27 @@ class NgramFill:
                                    num_tokens)
 
 
-class RandomContextFill:
-    """Tokens drawn uniformly from the request's own prompt and output (CLLM's block init).
-
-    The generator is seeded from the option seed and the request's own length and last tokens,
-    never from earlier calls: a seeded request then gets the same drafts, and therefore the
-    same samples from vLLM's rejection sampler, whatever ran before it or beside it.
-    """
-
-    def __init__(self, seed: int) -> None:
-        self.seed = seed
-
-    def __call__(self, context: np.ndarray, num_tokens: int) -> np.ndarray:
-        if num_tokens <= 0 or len(context) == 0:
-            return context[:0]
-        key = [self.seed, len(context), *(int(t) for t in context[-4:])]
-        rng = np.random.default_rng(key)
-        return context[rng.integers(0, len(context), size=num_tokens)]
-
-
 class NoFill:
-    """Draft the tail alone (CLLM's shrinking block)."""
+    """Complete nothing: the tail alone (CLLM's shrinking block)."""
 
     def __call__(self, context: np.ndarray, num_tokens: int) -> np.ndarray:
         return context[:0]
 
 
-def make_fill(options: ProposerOptions, max_model_len: int) -> Fill:
-    if options.fill == "ngram":
-        return NgramFill(options.ngram_min, options.ngram_max, max_model_len)
-    if options.fill == "random":
-        return RandomContextFill(options.seed)
-    return NoFill()
+class RequestNgrams:
+    """Source ``ngram`` (the usual continuation of the longest suffix n-gram in the request's
+    tokens) and ``ngram_latest`` (its latest occurrence's), from one search per request."""
+
+    names = ("ngram", "ngram_latest")
+
+    def __init__(self, fill: NgramFill) -> None:
+        self.fill = fill
+
+    def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
+                states: Sequence[RequestState]) -> Candidates:
+        usual, latest = [], []
+        for i, n in zip(rows, lengths, strict=True):
+            one, other = self.fill.both(step.context(i), n)
+            usual.append(np.asarray(one, dtype=np.int64))
+            latest.append(np.asarray(other, dtype=np.int64))
+        return {"ngram": usual, "ngram_latest": latest}

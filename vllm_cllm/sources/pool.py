@@ -4,7 +4,13 @@ come true after a correction."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+
+from vllm_cllm.core.drafter import Candidates
+from vllm_cllm.core.requests import RequestState
+from vllm_cllm.core.step import VerifyStep
 
 
 def pool_continuation(context: np.ndarray, pool: list[np.ndarray], ngram_max: int,
@@ -34,3 +40,29 @@ def pool_continuation(context: np.ndarray, pool: list[np.ndarray], ngram_max: in
     newest = rows.max()
     start = int(cols[rows == newest].min()) + 1
     return pool[newest][start:start + num_tokens]
+
+
+class IteratePool:
+    """Source ``pool``: each request keeps its last ``size`` Jacobi iterates (the last
+    committed token, then the tail), in its state; :meth:`remember` adds this step's."""
+
+    names = ("pool",)
+
+    def __init__(self, size: int, ngram_max: int) -> None:
+        self.size, self.ngram_max = size, ngram_max
+
+    def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
+                states: Sequence[RequestState]) -> Candidates:
+        return {"pool": [np.asarray(pool_continuation(step.context(i),
+                                                      state.parts.setdefault("pool", []),
+                                                      self.ngram_max, n), dtype=np.int64)
+                         for i, n, state in zip(rows, lengths, states, strict=True)]}
+
+    def remember(self, step: VerifyStep, rows: Sequence[int],
+                 states: Sequence[RequestState]) -> None:
+        for i, state in zip(rows, states, strict=True):
+            tail = step.tail(i)
+            if len(tail):
+                pool = state.parts.setdefault("pool", [])
+                pool.append(np.concatenate([step.context(i)[-1:], tail]))
+                del pool[:-self.size]

@@ -4,10 +4,10 @@ through arctic-inference's suffix trees (the library behind vLLM's own ``suffix`
 A suffix tree answers "what followed the longest match of the context's last tokens, and how
 often" in microseconds, over every cached output at once, with per-token frequency estimates;
 the numpy lookups (:mod:`vllm_cllm.sources.ngram`, :mod:`vllm_cllm.sources.history`) see the
-request's own tokens and a few recent outputs only. ``jacobi`` drafts from this lookup when
-arctic-inference is installed (option ``lookup``).
+request's own tokens and a few recent outputs only. ``jacobi`` drafts from this source when
+arctic-inference is installed (option ``lookup``: ``suffix``).
 
-Which outputs a request may draft from follows :meth:`SelfDraftingProposer.uses_history`: a
+Which outputs a request may draft from: a
 greedy request drafts from every cached greedy output (drafts cannot change a greedy output),
 a sampled one only from its own prompt and output, so that a seeded request gets the same
 drafts, and so the same samples, whatever ran before it. Every tensor-parallel rank calls the
@@ -16,19 +16,25 @@ lookup in the same order, so every rank drafts the same.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from vllm_cllm.core.drafter import Candidates
+from vllm_cllm.core.requests import RequestState
+from vllm_cllm.core.step import VerifyStep
+
 #: How long a match must be for a long draft: arctic-inference caps a draft at
 #: ``factor * match_length + offset`` tokens and stops at a token whose estimated probability
 #: falls below ``min_token_prob``. Looser than vLLM's ``suffix`` defaults (1.0, 0, 0.1): the
-#: adaptive rule that sizes drafts (:mod:`vllm_cllm.sizing`) cuts what is unlikely, so the
-#: lookup offers more.
+#: adaptive policy (:mod:`vllm_cllm.policies.adaptive`) cuts what is unlikely, so the lookup
+#: offers more.
 SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB = 1.0, 2.0, 0.05
 #: Tokens of context matched against the trees (vLLM's ``suffix_decoding_max_tree_depth``).
 TREE_DEPTH = 24
-#: Where nothing is drafted (:meth:`SuffixTreeLookup.follow`) a request's committed tokens go
+#: Where nothing is drafted (:meth:`SuffixTrees.follow`) a request's committed tokens go
 #: into its tree this many at a time, and the rest as it leaves: a call per token would cost
 #: more than the whole proposer does in such a step.
 FOLLOW_EVERY = 16
@@ -46,70 +52,88 @@ def suffix_tree_missing() -> str | None:
     return None
 
 
-class SuffixTreeLookup:
-    """Two arctic-inference caches: ``shared`` for greedy requests (each one's output joins the
-    global tree that later greedy requests draft from, the last ``max_cached`` kept) and
-    ``private`` for sampled ones (a request's own prompt and output only)."""
+@dataclass
+class _InTree:
+    """A request's place in the trees (kept in its state): its cache, how many of its
+    tokens the cache holds, and committed tokens not yet added (:meth:`SuffixTrees.follow`)."""
+
+    cache: Any
+    seen: int
+    pending: np.ndarray | None = None
+
+
+class SuffixTrees:
+    """Source ``suffix``: two arctic-inference caches, ``shared`` for greedy requests (each
+    one's output joins the global tree that later greedy requests draft from, the last
+    ``max_cached`` kept) and ``private`` for sampled ones (a request's own prompt and output
+    only). Subscribes to the request table: a request that leaves is stopped in its cache."""
+
+    names = ("suffix",)
+    part = "suffix"
 
     def __init__(self, max_cached: int) -> None:
         from arctic_inference.suffix_decoding import SuffixDecodingCache
 
         self.shared = SuffixDecodingCache(TREE_DEPTH, max_cached)
         self.private = SuffixDecodingCache(TREE_DEPTH, 0)
-        #: request → (its cache, how many of its tokens the cache holds)
-        self.active: dict[str, tuple[Any, int]] = {}
-        #: request → its committed tokens not yet in its cache (:meth:`follow`)
-        self.pending: dict[str, np.ndarray] = {}
 
-    def __len__(self) -> int:
-        return len(self.active)
+    def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
+                states: Sequence[RequestState]) -> Candidates:
+        return {"suffix": [
+            self.draft(step.req_ids[i], state, bool(step.greedy[i]), step.context(i),
+                       step.prompt_end(i), n) if step.req_ids[i] is not None else _EMPTY
+            for i, n, state in zip(rows, lengths, states, strict=True)]}
 
-    def draft(self, req_id: str, greedy: bool, context: np.ndarray, first_output: int,
-              max_tokens: int) -> np.ndarray:
+    def follow(self, step: VerifyStep, rows: Sequence[int],
+               states: Sequence[RequestState]) -> None:
+        """Take the requests' committed tokens without drafting (as :meth:`draft` with no
+        room), :data:`FOLLOW_EVERY` at a time: the ones in between wait in the request's
+        record, and :meth:`release` adds them as the request leaves."""
+        for i, state in zip(rows, states, strict=True):
+            req_id = step.req_ids[i]
+            if req_id is None:
+                continue
+            context = step.context(i)
+            record: _InTree | None = state.parts.get(self.part)
+            if record is None or len(context) - record.seen >= FOLLOW_EVERY:
+                self.draft(req_id, state, bool(step.greedy[i]), context, step.prompt_end(i), 0)
+            elif len(context) > record.seen:
+                record.pending = np.array(context[record.seen:], dtype=np.int32)
+
+    def draft(self, req_id: str, state: RequestState, greedy: bool, context: np.ndarray,
+              first_output: int, max_tokens: int) -> np.ndarray:
         """Up to ``max_tokens`` tokens that follow ``context`` (the request's committed tokens,
         ``context[first_output:]`` its output) by the longest suffix match.
 
         A request seen for the first time (or again after preemption) starts with
         ``context[:first_output]`` as its prompt; later calls add what was committed since.
         """
-        self.pending.pop(req_id, None)  # context[seen:] below holds them
-        cache, seen = self.active.get(req_id, (None, 0))
-        if cache is None:
+        record: _InTree | None = state.parts.get(self.part)
+        if record is None:
             cache = self.shared if greedy else self.private
             if req_id in cache.cached_requests:  # preempted earlier: start it afresh
                 cache.evict_cached_response(req_id)
             cache.start_request(req_id, np.ascontiguousarray(context[:first_output],
                                                              dtype=np.int32))
-            seen = first_output
-        if len(context) > seen:
-            cache.add_active_response(req_id, np.ascontiguousarray(context[seen:],
-                                                                   dtype=np.int32))
-        self.active[req_id] = (cache, len(context))
+            record = state.parts[self.part] = _InTree(cache, first_output)
+        record.pending = None  # context[seen:] below holds them
+        if len(context) > record.seen:
+            record.cache.add_active_response(
+                req_id, np.ascontiguousarray(context[record.seen:], dtype=np.int32))
+        record.seen = len(context)
         if max_tokens <= 0:
             return _EMPTY
-        found = cache.speculate(req_id, np.ascontiguousarray(context[-TREE_DEPTH:],
-                                                             dtype=np.int32),
-                                max_spec_tokens=max_tokens, max_spec_factor=SPEC_FACTOR,
-                                max_spec_offset=SPEC_OFFSET, min_token_prob=MIN_TOKEN_PROB)
+        found = record.cache.speculate(
+            req_id, np.ascontiguousarray(context[-TREE_DEPTH:], dtype=np.int32),
+            max_spec_tokens=max_tokens, max_spec_factor=SPEC_FACTOR,
+            max_spec_offset=SPEC_OFFSET, min_token_prob=MIN_TOKEN_PROB)
         return np.asarray(found.token_ids, dtype=np.int64)
 
-    def follow(self, req_id: str, greedy: bool, context: np.ndarray, first_output: int
-               ) -> None:
-        """Take the request's committed tokens without drafting (as :meth:`draft` with no
-        room), :data:`FOLLOW_EVERY` at a time: the ones in between wait in :attr:`pending`,
-        and :meth:`drop` adds them as the request leaves."""
-        cache, seen = self.active.get(req_id, (None, 0))
-        if cache is None or len(context) - seen >= FOLLOW_EVERY:
-            self.draft(req_id, greedy, context, first_output, 0)
-        elif len(context) > seen:
-            self.pending[req_id] = np.array(context[seen:], dtype=np.int32)
-
-    def drop(self, req_id: str) -> None:
+    def release(self, req_id: str, state: RequestState) -> None:
         """The request left the batch (finished, aborted or preempted): forget its prompt; a
         greedy request's output stays in the shared tree for the requests after it."""
-        cache, _ = self.active.pop(req_id, (None, 0))
-        pending = self.pending.pop(req_id, None)
-        if cache is not None:
-            if pending is not None:
-                cache.add_active_response(req_id, pending)
-            cache.stop_request(req_id)
+        record: _InTree | None = state.parts.get(self.part)
+        if record is not None:
+            if record.pending is not None:
+                record.cache.add_active_response(req_id, record.pending)
+            record.cache.stop_request(req_id)

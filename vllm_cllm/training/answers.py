@@ -39,7 +39,7 @@ def generate_answers(model: str, prompts: list[str], max_new_tokens: int, cache:
         if ray_workers > 0:
             from vllm_cllm.training.ray_answers import answer_rows_on_ray
 
-            rows = answer_rows_on_ray(model, missing, max_new_tokens, ray_workers)
+            rows = answer_rows_on_ray(_answer_rows, model, missing, max_new_tokens, ray_workers)
         else:
             rows = _answer_rows(model, missing, max_new_tokens)
         with cache.open("a") as f:

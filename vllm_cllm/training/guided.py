@@ -8,7 +8,7 @@ tokens, a block of context tokens when none are left — but acceptance and the 
 tokens follow the teacher's answer. The noise in each state is the student's own; the fixed
 point it is trained toward is the teacher's text. The replay runs in transformers over a KV
 cache (one forward of the draft per step), so the records are the same
-:class:`~.trajectories.TrajectoryRecord` rows as on-policy ones.
+:class:`~.records.TrajectoryRecord` rows as on-policy ones.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from vllm_cllm.proposers.drafting import matched_prefix
-from vllm_cllm.sources.ngram import RandomContextFill
+from vllm_cllm.core.predictions import shifted_block
+from vllm_cllm.core.tokens import matched_prefix
+from vllm_cllm.sources.restart import RandomContextFill
 from vllm_cllm.training.onpolicy import prompt_records
-from vllm_cllm.training.trajectories import TrajectoryRecord
+from vllm_cllm.training.records import TrajectoryRecord
 
 
 def guided_drafts(model: Any, courses: list[tuple[list[int], list[int]]], n: int, k: int,
@@ -84,8 +85,7 @@ def guided_drafts(model: Any, courses: list[tuple[list[int], list[int]]], n: int
                 drafts[i].append((start, draft.tolist()))
                 new[r, :accepted + 1] = 1  # the last committed token and the accepted ones
                 committed[i] = start + accepted + 1
-                tails[i] = (predictions[r, accepted + 1:len(draft) + 1]
-                            if accepted < len(draft) else draft[:0])
+                tails[i] = shifted_block(predictions[r, :len(draft) + 1], accepted + 1)
                 if committed[i] + n <= len(cleans[i]):
                     keep.append(r)
             visible = torch.cat([visible, new], dim=1)

@@ -6,7 +6,7 @@ behind a *plausible* wrong token, which the model takes seriously. This module r
 with ``jacobi`` in vLLM (batched, the fast path), records every draft it verifies, and pairs
 it with the fixed point — the greedy tokens vLLM then committed at those positions (greedy
 ``jacobi`` output is plain greedy output, so the answer is the model's own). Each record is a
-:class:`~.trajectories.TrajectoryRecord` whose context ends where the draft starts, so the
+:class:`~.records.TrajectoryRecord` whose context ends where the draft starts, so the
 packed training row (:mod:`.packing`) shows the student exactly what inference shows it.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from vllm_cllm.training.trajectories import TrajectoryRecord, done_prompt_ids
+from vllm_cllm.training.records import TrajectoryRecord, done_prompt_ids
 
 #: (internal request id, committed tokens before the draft, draft tokens)
 Draft = tuple[str, int, list[int]]

@@ -2,15 +2,20 @@
 
 Greedy answers are the only part of the data step that needs the model at scale (noise states
 need no forward pass), so this is what spreads over a cluster. Prompts are dealt round-robin
-to ``num_workers`` actors; each runs the single-machine path (:func:`_answer_rows`) on its
-share, and the rows come back in prompt order, so the dataset equals the one-machine one.
+to ``num_workers`` actors; each runs the single-machine answer step
+(``vllm_cllm.training.answers``) on its share, and the rows come back in prompt order, so
+the dataset equals the one-machine one.
 Connects to the cluster in ``RAY_ADDRESS`` (or starts a local one); every node needs this
 package installed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+#: What one actor runs on its share: (model, prompts, max_new_tokens) → rows.
+AnswerRows = Callable[[str, list[str], int], list[dict]]
 
 
 def _answer_worker_class() -> Any:
@@ -20,18 +25,17 @@ def _answer_worker_class() -> Any:
     class AnswerWorker:
         """Holds nothing between calls: each call builds, uses and frees one engine."""
 
-        def answer_rows(self, model: str, prompts: list[str], max_new_tokens: int
-                        ) -> list[dict]:
-            from vllm_cllm.training.answers import _answer_rows
-
-            return _answer_rows(model, prompts, max_new_tokens)
+        def answer_rows(self, rows: AnswerRows, model: str, prompts: list[str],
+                        max_new_tokens: int) -> list[dict]:
+            return rows(model, prompts, max_new_tokens)
 
     return AnswerWorker
 
 
-def answer_rows_on_ray(model: str, prompts: list[str], max_new_tokens: int,
-                       num_workers: int) -> list[dict]:
-    """Rows as :func:`vllm_cllm.training.answers._answer_rows` returns them, in prompt order."""
+def answer_rows_on_ray(answer_step: AnswerRows, model: str, prompts: list[str],
+                       max_new_tokens: int, num_workers: int) -> list[dict]:
+    """``answer_step`` (the single-machine answer step, sent to the actors by reference) on
+    each actor's share, the rows in prompt order."""
     import ray
 
     if not ray.is_initialized():
@@ -39,7 +43,7 @@ def answer_rows_on_ray(model: str, prompts: list[str], max_new_tokens: int,
     shares = [share for share in (prompts[i::num_workers] for i in range(num_workers)) if share]
     worker_class = _answer_worker_class()
     workers = [worker_class.remote() for _ in shares]
-    results = ray.get([w.answer_rows.remote(model, share, max_new_tokens)
+    results = ray.get([w.answer_rows.remote(answer_step, model, share, max_new_tokens)
                        for w, share in zip(workers, shares, strict=True)])
     for worker in workers:
         ray.kill(worker)

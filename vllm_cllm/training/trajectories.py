@@ -21,32 +21,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from vllm_cllm.training.guided import guided_batch_records
+from vllm_cllm.training.records import TrajectoryRecord, done_prompt_ids
+
+__all__ = ["TrajectoryRecord", "build_records", "done_prompt_ids", "read_trajectories",
+           "write_trajectories"]
+
 MODES = ("noise", "shifted", "jacobi", "guided")
-
-
-@dataclass
-class TrajectoryRecord:
-    """One answer block of one prompt.
-
-    prompt_id: index of the prompt in the build; context_ids: prompt + earlier answer blocks;
-    fixed_point: the block's n greedy tokens; states: noisy blocks (n tokens each), the fixed
-    point not included; answer_ids: the whole greedy answer (AR loss labels);
-    prompt_len: tokens of the prompt alone within context_ids.
-    """
-
-    prompt_id: int
-    block: int
-    prompt_len: int
-    context_ids: list[int]
-    fixed_point: list[int]
-    states: list[list[int]]
-    answer_ids: list[int]
 
 
 def context_guess(context: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -139,8 +126,6 @@ def build_records(prompt_id: int, prompt_ids: list[int], answer_ids: list[int], 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
     if mode == "guided":
-        from vllm_cllm.training.guided import guided_batch_records
-
         return guided_batch_records(model, [(prompt_id, prompt_ids, answer_ids)], n=n,
                                     max_states=max_states, seed=seed)[0]
     rng = np.random.default_rng([seed, prompt_id])
@@ -156,18 +141,6 @@ def build_records(prompt_id: int, prompt_ids: list[int], answer_ids: list[int], 
     return records
 
 
-def done_prompt_ids(path: Path) -> set[int]:
-    """Prompts already written (resume support); a torn last line is ignored."""
-    done: set[int] = set()
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                done.add(json.loads(line)["prompt_id"])
-            except (json.JSONDecodeError, KeyError):
-                continue
-    return done
-
-
 def write_trajectories(path: Path, items: list[tuple[list[int], list[int]]], *, n: int,
                        mode: str, seed: int, max_states: int, model: Any = None,
                        first: int = 0, batch_size: int = 8) -> int:
@@ -180,8 +153,6 @@ def write_trajectories(path: Path, items: list[tuple[list[int], list[int]]], *, 
     at a time and writes them as they finish together).
     """
     from tqdm import tqdm
-
-    from vllm_cllm.training.guided import guided_batch_records  # imports this module
 
     path.parent.mkdir(parents=True, exist_ok=True)
     done = done_prompt_ids(path)

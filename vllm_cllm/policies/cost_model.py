@@ -11,7 +11,7 @@ seen so far — never timings, so every tensor-parallel rank drafts the same thi
   free; plus a small per-request overhead once anything is drafted (the spec-decode path).
   ``benchmarks/step_cost.py`` fits knee and floor on a machine (docs/results.md);
 * each draft position of a request has an expected yield (the product of the acceptance
-  rates of it and the tokens before it, :mod:`vllm_cllm.sizing.acceptance`);
+  rates of it and the tokens before it, :mod:`vllm_cllm.policies.acceptance`);
 * positions are added best first while each one raises the step's expected tokens per cost,
   and the result is kept only if it beats drafting nothing by a margin (the requests that
   look best are partly the luckiest);
@@ -46,7 +46,7 @@ def drafts_cost_time(batch: int, knee_tokens: float, floor_tokens: float) -> boo
     """Whether the device is compute-bound at this batch: its own query tokens fill the
     floor and make up a quarter of the step's cost or more, so every draft token costs a
     good part of what a request's step does. Adaptive drafting drafts nothing there
-    (``JacobiProposer._draft_nothing``)."""
+    (:class:`vllm_cllm.policies.adaptive.Adaptive`)."""
     return knee_tokens + batch > floor_tokens and 3 * batch >= knee_tokens
 
 
@@ -68,7 +68,7 @@ def draft_lengths(values: Sequence[Sequence[float]], rooms: list[int], knee_toke
 
     ``values[i][j]`` is the expected number of tokens that request i's draft position j + 1
     adds (non-increasing in j: the probability that it and every earlier draft token are
-    accepted; :class:`vllm_cllm.sizing.acceptance.TokenAcceptance`).
+    accepted; :class:`vllm_cllm.policies.acceptance.TokenAcceptance`).
     ``rooms[i]`` caps request i (0 for a request in prefill, which still occupies the batch).
     A step costs ``max(floor_tokens, knee_tokens + query tokens)``, plus the overhead once
     anything is drafted. Greedy over positions in decreasing value is optimal for this ratio:

@@ -1,0 +1,93 @@
+"""Draft sources, policies, and the drafter that runs them over a verify step.
+
+A **draft source** proposes candidate drafts for the requests of a step, under one or more
+names (:class:`DraftSource`); a **policy** chooses among the sources' candidates and sizes the
+drafts (:class:`Policy`); a :class:`Drafter` routes each drafting request to one policy and
+keeps the one table of per-request state. ``jacobi`` and ``space`` are each a set of sources
+and a policy (:mod:`vllm_cllm.methods`); the vLLM adapter (:mod:`vllm_cllm.proposers`) builds
+the step and calls :meth:`Drafter.propose`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from vllm_cllm.core.requests import RequestState, RequestTable
+from vllm_cllm.core.step import VerifyStep
+from vllm_cllm.core.tokens import EMPTY
+
+#: Per source name, one candidate per requested row.
+Candidates = dict[str, list[np.ndarray]]
+
+
+class DraftSource(Protocol):
+    """A producer of candidate drafts, working on a whole verify step.
+
+    Optional hooks a policy calls where the source has them: ``remember(step, rows,
+    states)`` after it proposed (a source that keeps something of each step, e.g. the pool of
+    iterates), ``follow(step, rows, states)`` in a step where nothing is drafted (a source
+    that must still see every committed token, e.g. the suffix trees); a source that keeps
+    something across requests subscribes to the request table (``release``).
+    """
+
+    #: the names of the candidates it proposes (most sources propose one)
+    names: tuple[str, ...]
+
+    def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
+                states: Sequence[RequestState]) -> Candidates:
+        """For each name, up to ``lengths[j]`` tokens for request ``rows[j]`` (``EMPTY``:
+        nothing); ``states[j]`` is that request's state."""
+
+
+class Policy(Protocol):
+    """Chooses and sizes the drafts of the requests routed to it."""
+
+    def draft(self, step: VerifyStep, rows: Sequence[int], states: Sequence[RequestState],
+              sources: Mapping[str, DraftSource]) -> list[np.ndarray]:
+        """The draft of each request in ``rows`` (at most its room)."""
+
+
+class Drafter:
+    """Sources and policies over whole verify steps, with the request table.
+
+    Each drafting request (one with room) is routed to a policy by ``route``; the policies
+    run in the order given, each over all of its requests at once.
+    """
+
+    def __init__(self, sources: Sequence[DraftSource], policies: Sequence[Policy],
+                 route: Callable[[VerifyStep, int], int] | None = None,
+                 table: RequestTable | None = None) -> None:
+        self.sources: dict[str, DraftSource] = {}
+        for source in sources:
+            for name in source.names:
+                if name in self.sources:
+                    raise ValueError(f"two draft sources are named {name!r}")
+                self.sources[name] = source
+        self.policies = list(policies)
+        self.route = route or (lambda step, i: 0)
+        self.table = table if table is not None else RequestTable()
+
+    def propose(self, step: VerifyStep) -> list[np.ndarray]:
+        """Every request's draft for the next step."""
+        drafts = [EMPTY] * len(step)
+        rows = step.drafting()
+        states = {i: self.table.open(step.req_ids[i], step.committed[i]) for i in rows}
+        for index, policy in enumerate(self.policies):
+            mine = [i for i in rows if self.route(step, i) == index]
+            if mine:
+                chosen = policy.draft(step, mine, [states[i] for i in mine], self.sources)
+                for i, draft in zip(mine, chosen, strict=True):
+                    drafts[i] = draft
+        for i, state in states.items():
+            state.last_drafted = len(drafts[i])
+        return drafts
+
+
+def propose_each(step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
+                 one: Callable[[int, int], np.ndarray]) -> list[np.ndarray]:
+    """``one(i, n)`` for each request ``i`` of ``rows`` and its length ``n``, in order (for
+    sources whose lookups are per request)."""
+    return [one(i, n) for i, n in zip(rows, lengths, strict=True)]

@@ -1,0 +1,58 @@
+"""``jacobi``: a CLLM drafts its own next block by fixed-point iteration.
+
+The block is the Jacobi tail (the target's predictions behind what was accepted) completed
+by the fill. With ``fill: hybrid`` the request's n-grams, a lookup of earlier text (the
+suffix trees, or the output history) and, at a fixed k, the pool of recent iterates are
+candidates too; greedy requests then choose and size adaptively (``adaptive``, the default),
+sampled ones in a fixed order, from their own tokens.
+"""
+
+from __future__ import annotations
+
+from vllm_cllm.core.drafter import Drafter, DraftSource
+from vllm_cllm.core.requests import RequestTable
+from vllm_cllm.core.step import VerifyStep
+from vllm_cllm.options import ProposerOptions
+from vllm_cllm.policies.adaptive import Adaptive
+from vllm_cllm.policies.fixed_order import FixedOrder
+from vllm_cllm.sources.history import HistorySource, OutputHistory
+from vllm_cllm.sources.ngram import NgramFill, NoFill, RequestNgrams
+from vllm_cllm.sources.pool import IteratePool
+from vllm_cllm.sources.restart import RestartBlock
+from vllm_cllm.sources.tail import JacobiBlock, JacobiTail
+
+FIXED, ADAPTIVE, UNCAPTURED = 0, 1, 2
+
+
+def jacobi_drafter(options: ProposerOptions, max_model_len: int) -> Drafter:
+    ngrams = NgramFill(options.ngram_min, options.ngram_max, max_model_len)
+    restart = RestartBlock(options.seed)
+    fill = {"hybrid": ngrams, "ngram": ngrams, "random": restart.fill, "tail": NoFill()}
+    block = JacobiBlock(fill[options.fill], restart.fill)
+    as_is = FixedOrder(["block"], scored=False)
+    if options.fill != "hybrid":
+        return Drafter([block], [as_is])
+    table = RequestTable()
+    lookup: DraftSource
+    if options.lookup == "suffix":
+        from vllm_cllm.sources.suffix_trees import SuffixTrees
+
+        lookup = SuffixTrees(options.history_size)
+        table.subscribe(lookup)
+    else:
+        lookup = HistorySource(OutputHistory(options.history_size))
+        table.subscribe(lookup, wants_output=options.history_size > 0)
+    sources = [block, RequestNgrams(ngrams), JacobiTail(), restart, lookup]
+    if options.pool_size:
+        sources.append(IteratePool(options.pool_size, options.ngram_max))
+    name = lookup.names[0]
+    policies = [FixedOrder(["ngram", name, "pool", "block"], optional=["pool"]),
+                Adaptive([name, "ngram", "tail"], options.knee_tokens, options.floor_tokens,
+                         options.token_margin_pct / 100), as_is]
+
+    def route(step: VerifyStep, i: int) -> int:
+        if step.req_ids[i] is None:  # a step that was not captured: the block as it is
+            return UNCAPTURED
+        return ADAPTIVE if options.adaptive and step.greedy[i] else FIXED
+
+    return Drafter(sources, policies, route, table)

@@ -1,0 +1,160 @@
+"""The vLLM adapter: the ``custom_class`` proposer vLLM builds, and the contract it runs.
+
+vLLM builds ``Class(vllm_config)`` in each worker. The worker patches
+(:mod:`vllm_cllm.patches.worker`) then make three calls per step, in this order:
+
+1. :meth:`retain_requests` after the model runner updated its input batch: the live requests
+   (others finished, were aborted or preempted, and are released) and the greedy ones;
+2. :meth:`observe_verification` with the verify step's logits, before sampling: the target's
+   predictions at every draft position (the capture, below) and the batch's request ids;
+3. :meth:`propose`, vLLM's own call: the committed tokens of each request; it builds the
+   :class:`~vllm_cllm.core.step.VerifyStep` and returns the drafter's drafts.
+
+The capture runs the batched fixed-point step (:func:`vllm_cllm.kernels.fixed_point_step`:
+Triton on a GPU, torch elsewhere) on the device, and one small int tensor goes to the host
+behind it; where the logits already are in host memory (the CPU platform) only the argmax is
+taken, and each block is shifted on the host when asked for. No extra forward pass and no
+collectives: every tensor-parallel rank computes the same predictions and the same drafts.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, ClassVar
+
+import numpy as np
+
+from vllm_cllm.core.drafter import Drafter
+from vllm_cllm.core.predictions import PendingPredictions, VerifyPredictions
+from vllm_cllm.options import ProposerOptions, options_from_vllm_config
+
+#: Set to 1 to print the number of requests a proposer holds state for whenever it changes
+#: (the server load benchmark reads it to show that aborted requests leave nothing behind).
+LOG_STATE_ENV = "VLLM_CLLM_LOG_STATE"
+
+
+class SelfDraftingProposer:
+    """A ``custom_class`` proposer whose draft model is the target itself; subclasses name
+    the method and build its drafter (:meth:`build_drafter`)."""
+
+    method: ClassVar[str]
+    #: what the worker patches look for (``patches/verify_capture.py``)
+    vllm_cllm_observer: ClassVar[bool] = True
+    #: Where the fixed-point step runs: None picks the host for logits in host memory (the
+    #: CPU platform) and the device step otherwise; tests set it to exercise one path.
+    capture_on_host: bool | None = None
+
+    def __init__(self, vllm_config: Any) -> None:
+        from vllm_cllm.patches.worker import apply_worker_patches
+
+        apply_worker_patches()
+        self.options = options_from_vllm_config(vllm_config, self.method)
+        self.k = self.options.num_speculative_tokens
+        #: the draft slots vLLM verifies per request (``space``: 2k), which the device step
+        #: keeps of each next block
+        self.block_len = self.options.vllm_draft_tokens
+        model_config = vllm_config.model_config
+        self.max_model_len = model_config.max_model_len
+        #: (vocabulary, logits dtype) of the target: what the fixed-point step is warmed for
+        self.logits_shape: tuple[int, Any] | None = None
+        if hasattr(model_config, "get_vocab_size") and hasattr(model_config, "dtype"):
+            self.logits_shape = (model_config.get_vocab_size(), model_config.dtype)
+        self.drafter = self.build_drafter(self.options, self.max_model_len)
+        self.predictions: VerifyPredictions | PendingPredictions | None = None
+        self.captured_steps = 0  # verify steps whose predictions were captured
+        self.greedy: set[str] = set()  # requests of the current batch that decode greedily
+        self._log_state = os.environ.get(LOG_STATE_ENV) == "1"
+        self._logged_count = 0
+
+    def build_drafter(self, options: ProposerOptions, max_model_len: int) -> Drafter:
+        raise NotImplementedError
+
+    # -- 1. the batch -----------------------------------------------------------------------
+
+    def retain_requests(self, live_req_ids: set[str],
+                        greedy_req_ids: set[str] | None = None) -> None:
+        """A new step begins: last step's capture is spent, and every request not in
+        ``live_req_ids`` is released."""
+        self.predictions = None
+        self.greedy = greedy_req_ids or set()
+        self.drafter.table.retain(live_req_ids)
+        if self._log_state:
+            held = len(self.tracked_requests())
+            if held != self._logged_count:
+                self._logged_count = held
+                print(f"vllm-cllm: state held for {held} requests "
+                      f"({len(live_req_ids)} in the batch)", file=sys.stderr, flush=True)
+
+    # -- 2. the capture ---------------------------------------------------------------------
+
+    def observe_verification(self, logits: Any, spec_decode_metadata: Any,
+                             req_ids: list[str]) -> None:
+        # logits: [T, V] float, one row per scheduled position (T = sum of num_draft_tokens
+        # + B); spec_decode_metadata.num_draft_tokens: [B]; .draft_token_ids: [sum drafts]
+        if spec_decode_metadata is None or not any(spec_decode_metadata.num_draft_tokens):
+            # No request drafted: every row is just the sampled token, with no tail to shift
+            # (patches/undrafted_step.py passes no metadata then, a caller without that patch
+            # all-zero drafts): nothing to compute.
+            self.predictions = VerifyPredictions.without_drafts(req_ids)
+            return
+        num_drafts = list(spec_decode_metadata.num_draft_tokens)
+        on_host = self.capture_on_host
+        if on_host is None:
+            on_host = logits.device.type == "cpu"
+        mask = self.mask_slots(req_ids, num_drafts)
+        if on_host:
+            self.predictions = VerifyPredictions.on_host(logits, num_drafts, req_ids, mask)
+        else:
+            self.predictions = VerifyPredictions.from_fixed_point(
+                logits, spec_decode_metadata.draft_token_ids, num_drafts, req_ids,
+                self.block_len, mask)
+        self.captured_steps += self.predictions is not None
+
+    def mask_slots(self, req_ids: list[str], num_drafts: list[int]) -> list[int] | None:
+        """Trailing draft slots of each request that are SPACE masks (None: no masks)."""
+        return None
+
+    def take_predictions(self) -> VerifyPredictions | None:
+        """The current step's predictions (waiting for a pending device copy), once; a later
+        call in the same step gets None."""
+        predictions, self.predictions = self.predictions, None
+        if isinstance(predictions, PendingPredictions):
+            predictions = predictions.resolve()
+        return predictions
+
+    # -- 3. the drafts ----------------------------------------------------------------------
+
+    def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray,
+                token_ids_cpu: np.ndarray, *args: Any, **kwargs: Any) -> list[list[int]]:
+        # sampled_token_ids: [B][a_i + 1] committed this step; num_tokens_no_spec: [B];
+        # token_ids_cpu: [B, max_model_len], row i valid up to num_tokens_no_spec[i]
+        from vllm_cllm.core.step import VerifyStep
+
+        step = VerifyStep.from_vllm(sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
+                                    self.take_predictions(), self.greedy, self.block_len,
+                                    self.max_model_len)
+        return [draft.tolist() for draft in self.drafter.propose(step)]
+
+    # -- vLLM's other calls -----------------------------------------------------------------
+
+    def load_model(self, *args: Any, **kwargs: Any) -> None:
+        """The draft model is the target itself: nothing to load. The fixed-point step's
+        kernels are compiled here, before the engine serves, for every variant a step can
+        use (a no-op off CUDA)."""
+        import torch
+
+        if self.logits_shape is None or not torch.cuda.is_available():
+            return
+        from vllm_cllm.kernels import warm_up
+
+        vocab, dtype = self.logits_shape
+        warm_up(vocab, dtype, torch.device("cuda", torch.cuda.current_device()),
+                self.block_len, with_mask=self.mask_slots([], []) is not None)
+
+    def tracked_requests(self) -> set[str]:
+        """Requests the proposer holds anything for (tests use it to prove nothing leaks)."""
+        held = self.drafter.table.ids()
+        if self.predictions is not None:
+            held.update(self.predictions.req_ids)
+        return held
