@@ -12,6 +12,7 @@ from vllm_cllm.core.drafter import Candidates, Drafter
 from vllm_cllm.core.requests import RequestState, RequestTable
 from vllm_cllm.core.step import VerifyStep
 from vllm_cllm.policies.adaptive import Adaptive
+from vllm_cllm.policies.cost_model import CostModel
 from vllm_cllm.policies.fixed_order import FixedOrder
 from vllm_cllm.sources.restart import RestartBlock
 from vllm_cllm.sources.tail import JacobiTail
@@ -63,8 +64,7 @@ def test_a_toy_source_competes_in_the_adaptive_policy_and_wins_where_it_is_right
 
     toy = Period(4)
     drafter = Drafter([toy, JacobiTail(), RestartBlock(0)],
-                      [Adaptive(["period", "tail"], knee_tokens=20, floor_tokens=0,
-                                token_margin=0.3)])
+                      [Adaptive(["period", "tail"], CostModel(20, 0), token_margin=0.3)])
     text, length, draft, lengths = [3, 4, 5, 6] * 30, 8, np.empty(0, np.int64), []
     for _ in range(12):
         row = text[length:length + len(draft) + 1]

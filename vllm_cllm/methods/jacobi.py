@@ -14,6 +14,7 @@ from vllm_cllm.core.requests import RequestTable
 from vllm_cllm.core.step import VerifyStep
 from vllm_cllm.options import ProposerOptions
 from vllm_cllm.policies.adaptive import Adaptive
+from vllm_cllm.policies.cost_model import CostModel
 from vllm_cllm.policies.fixed_order import FixedOrder
 from vllm_cllm.sources.history import HistorySource, OutputHistory
 from vllm_cllm.sources.ngram import NgramFill, NoFill, RequestNgrams
@@ -47,7 +48,8 @@ def jacobi_drafter(options: ProposerOptions, max_model_len: int) -> Drafter:
         sources.append(IteratePool(options.pool_size, options.ngram_max))
     name = lookup.names[0]
     policies = [FixedOrder(["ngram", name, "pool", "block"], optional=["pool"]),
-                Adaptive([name, "ngram", "tail"], options.knee_tokens, options.floor_tokens,
+                Adaptive([name, "ngram", "tail"],
+                         CostModel(options.knee_tokens, options.floor_tokens),
                          options.token_margin_pct / 100), as_is]
 
     def route(step: VerifyStep, i: int) -> int:

@@ -26,6 +26,7 @@ from vllm_cllm.core.tokens import EMPTY
 from vllm_cllm.policies.acceptance import HIT, MISSED, UNDRAFTED, Cells, TokenAcceptance
 from vllm_cllm.policies.cost_model import (
     SPEC_STEP_OVERHEAD_PER_REQUEST,
+    CostModel,
     draft_lengths,
     drafts_cost_time,
     step_cost,
@@ -66,16 +67,21 @@ class Outcome:
 class Adaptive:
     """Chooses among the candidates of ``names`` (the last being the model's tail, which a
     ``restart`` block stands in for) by learned acceptance and sizes them by the cost model
-    ``max(floor_tokens, knee_tokens + N)``."""
+    ``max(floor_tokens, knee_tokens + N)`` (``cost``, which a measurement may refine).
+
+    ``stop_when_compute_bound``: draft nothing, and build no candidate, at a batch whose own
+    tokens make the device compute-bound (:func:`drafts_cost_time`), whatever the
+    acceptance; without it the cost model weighs acceptance against cost at every batch."""
 
     part = "adaptive"
 
-    def __init__(self, names: Sequence[str], knee_tokens: float, floor_tokens: float,
-                 token_margin: float, tail: str = "tail", restart: str = "restart") -> None:
+    def __init__(self, names: Sequence[str], cost: CostModel, token_margin: float,
+                 tail: str = "tail", restart: str = "restart",
+                 stop_when_compute_bound: bool = True) -> None:
         self.names = tuple(names)
         self.tail, self.restart = tail, restart
-        self.knee_tokens, self.floor_tokens, self.token_margin = \
-            knee_tokens, floor_tokens, token_margin
+        self.cost, self.token_margin = cost, token_margin
+        self.stop_when_compute_bound = stop_when_compute_bound
         #: how often each kind of candidate token gets accepted
         self.acceptance = TokenAcceptance(self.names)
 
@@ -100,7 +106,8 @@ class Adaptive:
     def draft(self, step: VerifyStep, rows: Sequence[int], states: Sequence[RequestState],
               sources: Mapping[str, DraftSource]) -> list[np.ndarray]:
         outcomes = self.observe(step, rows, states)
-        if drafts_cost_time(len(step), self.knee_tokens, self.floor_tokens):
+        knee, floor = self.cost.knee_tokens, self.cost.floor_tokens
+        if self.stop_when_compute_bound and drafts_cost_time(len(step), knee, floor):
             for name in self.names:
                 follow = getattr(sources[name], "follow", None)
                 if follow is not None:
@@ -122,10 +129,10 @@ class Adaptive:
                 mine = {**mine, self.tail: restarts[j]}
                 cells = {**cells, **self.acceptance.cells({self.tail: restarts[j]}, MISSED)}
             value = self.acceptance.values(cells)
-            name = best_candidate(value, self.knee_tokens, self.floor_tokens, self.token_margin)
+            name = best_candidate(value, knee, floor, self.token_margin)
             chosen[rows[j]] = EMPTY if name is None else mine[name]
             values[rows[j]] = () if name is None else value[name]
         sized = draft_lengths([values.get(i, ()) for i in range(len(step))],
-                              [int(r) for r in step.rooms], self.knee_tokens,
-                              self.floor_tokens, token_margin=self.token_margin)
+                              [int(r) for r in step.rooms], knee, floor,
+                              token_margin=self.token_margin)
         return [chosen[i][:sized[i]] for i in rows]

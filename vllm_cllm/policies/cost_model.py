@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,6 +41,15 @@ DRAFT_MARGIN = 0.1
 #: ``1 / (1 + margin)`` of its estimate, so where a token costs time (above the floor) it is
 #: drafted only if it beats its cost by that much. Below the floor nothing changes.
 TOKEN_MARGIN_PCT = 30
+
+
+@dataclass
+class CostModel:
+    """The step cost model's parameters in use: ``max(floor, knee + N)`` in one-query-token
+    units. Mutable: a measurement of the machine may refine them while the engine serves."""
+
+    knee_tokens: float
+    floor_tokens: float
 
 
 def drafts_cost_time(batch: int, knee_tokens: float, floor_tokens: float) -> bool:
