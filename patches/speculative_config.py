@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import re
 import typing
+from dataclasses import dataclass
 from typing import Any
 
 from vllm_cllm.errors import ConfigError
@@ -20,6 +21,68 @@ from vllm_cllm.options import ADDITIONAL_CONFIG_KEY, METHODS, OWN_KEYS, parse_op
 from . import PatchGroup, Wrap, has_params
 
 _BRACKETED = re.compile(r"^\[(?P<name>[A-Za-z_][\w-]*)\]$")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a vLLM ``SpeculativeConfig`` field is refused with our methods, which of its values
+    are fine (vLLM's lossless defaults; empty: any explicit value is refused), and a value that
+    is refused (for tests and ``benchmarks/vllm_compat.py``)."""
+
+    reason: str
+    allowed: tuple[Any, ...]
+    example: Any
+
+
+_FLY = ("it tunes FLy, the lossy rejection_sample_method 'fly', which vllm-cllm refuses "
+        "(remove it)")
+_SYNTHETIC = ("it sets the acceptance rates of rejection_sample_method 'synthetic', which "
+              "vllm-cllm refuses (remove it)")
+
+#: vLLM fields that would make the output differ from the model's own, or that do nothing or
+#: fail for a ``custom_class`` proposer, refused before any engine starts. Only the fields the
+#: installed vLLM has are refused (:func:`refused_fields`); a field not listed passes through.
+REFUSED_FIELDS: dict[str, Refusal] = {
+    "rejection_sample_method": Refusal(
+        "'synthetic' accepts drafts at set rates and 'fly' accepts some tokens the model "
+        "would not emit, greedy requests included: the output would not be the model's own; "
+        "use 'standard' (the default)", ("standard", "block"), "fly"),
+    "synthetic_acceptance_rates": Refusal(_SYNTHETIC, (None,), [0.5]),
+    "synthetic_acceptance_length": Refusal(_SYNTHETIC, (None,), 1.5),
+    "fly_window_size": Refusal(_FLY, (), 2),
+    "fly_entropy_threshold": Refusal(_FLY, (), 0.3),
+    "fly_entropy_top_k": Refusal(_FLY, (), 3),
+    "xpress_topc": Refusal(
+        "it narrows the scoring of XPress drafters; vLLM ignores it for custom_class "
+        "proposers, which jacobi and space are (remove it)", (None,), 8),
+    "disable_lookahead_block_hashes": Refusal(
+        "it changes prefix-cache hashes of EAGLE-like drafters only; vLLM ignores it for "
+        "custom_class proposers, which jacobi and space are (remove it)", (False,), True),
+    "draft_lm_head_quantization": Refusal(
+        "it quantises the lm_head copy of EAGLE/MTP drafters (Model Runner V2 only); vLLM "
+        "refuses it for custom_class proposers, which jacobi and space are (remove it)",
+        (None,), "fp8"),
+}
+
+
+def refused_fields() -> dict[str, tuple[Any, str]]:
+    """The refused fields this vLLM's ``SpeculativeConfig`` has: name -> (a refused value,
+    the reason)."""
+    present = speculative_config_fields()
+    return {name: (r.example, r.reason) for name, r in REFUSED_FIELDS.items() if name in present}
+
+
+def refuse_lossy_fields(spec: dict[str, Any], present: set[str] | None = None) -> None:
+    """Raise ConfigError for the first field of ``spec`` in :data:`REFUSED_FIELDS` that the
+    installed vLLM has (``present``: its SpeculativeConfig fields) and whose value is not
+    one of the allowed ones."""
+    present = speculative_config_fields() if present is None else present
+    for name, refusal in REFUSED_FIELDS.items():
+        if name in spec and name in present and not any(
+                spec[name] == ok and type(spec[name]) is type(ok) for ok in refusal.allowed):
+            raise ConfigError(
+                f"vllm-cllm: {name}={spec[name]!r} is refused with method {spec['method']!r}: "
+                f"{refusal.reason}")
 
 
 def max_draft_tokens() -> int:
@@ -87,7 +150,9 @@ def rewrite_speculative_args(engine_args: Any, target_model_config: Any = None) 
     if engine_args.spec_tokens is not None and "num_speculative_tokens" not in spec:
         spec["num_speculative_tokens"] = engine_args.spec_tokens
         engine_args.spec_tokens = None
-    vllm_keys = speculative_config_fields() - OWN_KEYS
+    present = speculative_config_fields()
+    refuse_lossy_fields(spec, present)
+    vllm_keys = present - OWN_KEYS
     options = parse_options(spec, max_draft_tokens(),
                             getattr(target_model_config, "hf_config", None), vllm_keys)
     vllm_spec = {k: v for k, v in spec.items() if k in vllm_keys}
