@@ -8,7 +8,9 @@ call the original; other drafters are
 untouched.
 ``GPUModelRunner._update_states`` removes finished, aborted and preempted requests from the
 input batch; after it runs, our drafter drops state of every request no longer in the batch
-and learns which of the rest decode greedily (``InputBatch.greedy_reqs``).
+and learns which of the rest decode greedily (``InputBatch.greedy_reqs``) and how many tokens
+the step scheduled (``SchedulerOutput.total_num_scheduled_tokens``, for the measured step
+cost).
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def _wrap_update_states(original):
         observer = observer_of(self)
         if observer is not None:
             observer.retain_requests(set(self.input_batch.req_ids),
-                                     set(self.input_batch.greedy_reqs))
+                                     set(self.input_batch.greedy_reqs),
+                                     scheduled_tokens=scheduler_output.total_num_scheduled_tokens)
         return result
 
     return _update_states
@@ -53,6 +56,7 @@ def _wrap_update_states(original):
 def patch_group() -> PatchGroup:
     import inspect
 
+    from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.spec_decode import metadata
     from vllm.v1.worker.gpu_input_batch import InputBatch
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
@@ -66,6 +70,8 @@ def patch_group() -> PatchGroup:
             ("GPUModelRunner._update_states(scheduler_output)",
              lambda: has_params(GPUModelRunner._update_states, "scheduler_output")),
             ("SpecDecodeMetadata.num_draft_tokens", lambda: "num_draft_tokens" in fields),
+            ("SchedulerOutput.total_num_scheduled_tokens", lambda: "total_num_scheduled_tokens"
+             in getattr(SchedulerOutput, "__dataclass_fields__", {})),
             ("InputBatch.greedy_reqs",
              lambda: "self.greedy_reqs" in inspect.getsource(InputBatch.__init__)),
         ],

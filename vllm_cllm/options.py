@@ -44,6 +44,8 @@ ALIASES = {("lookup", "ngram"): "history"}
 #: ``benchmarks/step_cost.py`` (docs/results.md), and for GPUs, which stay memory-bound up
 #: to hundreds of query tokens, (256, 0).
 COST_MODEL = {"cpu": (24, 28), "gpu": (256, 0)}
+#: Whether ``measure_cost`` is on unless knee or floor is given.
+MEASURE_BY_DEFAULT = False
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,20 @@ OPTIONS: tuple[Option, ...] = (
            meaning="the cost model's floor: below it extra query tokens cost nothing",
            doc="Where a step is bound by reading the weights, a few more query tokens come "
                "free; the floor is the step's cost there."),
+    Option("measure_cost", bool, ("jacobi",),
+           default=lambda p: MEASURE_BY_DEFAULT and bool(p.get("adaptive"))
+           and not {"knee_tokens", "floor_tokens"} & p["_given"],
+           default_text="`true` unless `knee_tokens` or `floor_tokens` is given",
+           only={"jacobi": _ADAPTIVE},
+           meaning="fit `knee_tokens` and `floor_tokens` to the engine's own timed verify "
+                   "steps while it serves, starting from the values above",
+           doc="Each verify step's device time (from the step's start to its predictions on "
+               "the host) against the query tokens it scheduled; refitted every 64 steps over "
+               "the last 1,024, and logged. A fit that does not explain the steps (too narrow "
+               "a range of token counts, a zero or negative slope, a large error) is dropped "
+               "with a log line and the values in use are kept. With tensor parallelism every "
+               "rank measures its own; vLLM schedules the drafts of one rank (its output "
+               "rank), so the others' drafts, which it discards, may differ."),
     Option("token_margin_pct", int, ("jacobi",), low=0, high=1000, default=30,
            only={"jacobi": _ADAPTIVE},
            meaning="how much (percent) a draft token's expected yield must exceed its cost",
@@ -230,6 +246,7 @@ class ProposerOptions:
     history_size: int
     lookup: str
     mask_token_id: int | None
+    measure_cost: bool
 
     @property
     def vllm_draft_tokens(self) -> int:
@@ -259,7 +276,8 @@ class ProposerOptions:
         method = stored["method"]
         if method not in METHODS:
             raise ConfigError(f"vllm-cllm: stored options name an unknown method {method!r}")
-        context = {"method": method, "_max_slots": max_slots, "_vocab": None}
+        context = {"method": method, "_max_slots": max_slots, "_vocab": None,
+                   "_given": set(stored)}
         for option in OPTIONS:
             value = stored[option.name]
             if value is None and option.name == "mask_token_id" and method != "space":
@@ -340,6 +358,7 @@ def parse_options(spec: dict[str, Any], max_k: int, hf_config: Any = None,
                           f"(an integer in [1, {_max_k({'method': method, '_max_slots': max_k})}])")
     vocab = getattr(hf_config, "vocab_size", None) if hf_config is not None else None
     context: dict[str, Any] = {"method": method, "_max_slots": max_k, "_vocab": vocab,
+                               "_given": set(spec),
                                "_model_mask": getattr(hf_config, "mask_token_id", None)
                                if hf_config is not None else None}
     for option in mine:

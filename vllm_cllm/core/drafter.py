@@ -11,7 +11,7 @@ the step and calls :meth:`Drafter.propose`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -69,6 +69,9 @@ class Drafter:
         self.policies = list(policies)
         self.route = route or (lambda step, i: 0)
         self.table = table if table is not None else RequestTable()
+        #: refines a policy's step cost model from timed verify steps, where one does
+        #: (:class:`vllm_cllm.policies.measured_cost.CostMeasurement`); fed by the adapter
+        self.cost_measurement: Any = None
 
     def propose(self, step: VerifyStep) -> list[np.ndarray]:
         """Every request's draft for the next step."""

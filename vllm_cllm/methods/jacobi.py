@@ -16,6 +16,7 @@ from vllm_cllm.options import ProposerOptions
 from vllm_cllm.policies.adaptive import Adaptive
 from vllm_cllm.policies.cost_model import CostModel
 from vllm_cllm.policies.fixed_order import FixedOrder
+from vllm_cllm.policies.measured_cost import CostMeasurement
 from vllm_cllm.sources.history import HistorySource, OutputHistory
 from vllm_cllm.sources.ngram import NgramFill, NoFill, RequestNgrams
 from vllm_cllm.sources.pool import IteratePool
@@ -47,14 +48,17 @@ def jacobi_drafter(options: ProposerOptions, max_model_len: int) -> Drafter:
     if options.pool_size:
         sources.append(IteratePool(options.pool_size, options.ngram_max))
     name = lookup.names[0]
+    cost = CostModel(options.knee_tokens, options.floor_tokens)
     policies = [FixedOrder(["ngram", name, "pool", "block"], optional=["pool"]),
-                Adaptive([name, "ngram", "tail"],
-                         CostModel(options.knee_tokens, options.floor_tokens),
-                         options.token_margin_pct / 100), as_is]
+                Adaptive([name, "ngram", "tail"], cost, options.token_margin_pct / 100,
+                         stop_when_compute_bound=True), as_is]
 
     def route(step: VerifyStep, i: int) -> int:
         if step.req_ids[i] is None:  # a step that was not captured: the block as it is
             return UNCAPTURED
         return ADAPTIVE if options.adaptive and step.greedy[i] else FIXED
 
-    return Drafter(sources, policies, route, table)
+    drafter = Drafter(sources, policies, route, table)
+    if options.adaptive and options.measure_cost:
+        drafter.cost_measurement = CostMeasurement(cost)
+    return drafter

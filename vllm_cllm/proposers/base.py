@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any, ClassVar
 
 import numpy as np
@@ -61,6 +62,12 @@ class SelfDraftingProposer:
         if hasattr(model_config, "get_vocab_size") and hasattr(model_config, "dtype"):
             self.logits_shape = (model_config.get_vocab_size(), model_config.dtype)
         self.drafter = self.build_drafter(self.options, self.max_model_len)
+        if self.drafter.cost_measurement is not None:
+            self.drafter.cost_measurement.log = _info
+            _info(f"measuring the step cost while serving, from knee "
+                  f"{self.options.knee_tokens}, floor {self.options.floor_tokens}")
+        #: when the current step began and the tokens it scheduled (the measured step cost)
+        self._step: tuple[float, int] | None = None
         self.predictions: VerifyPredictions | PendingPredictions | None = None
         self.captured_steps = 0  # verify steps whose predictions were captured
         self.greedy: set[str] = set()  # requests of the current batch that decode greedily
@@ -73,10 +80,12 @@ class SelfDraftingProposer:
     # -- 1. the batch -----------------------------------------------------------------------
 
     def retain_requests(self, live_req_ids: set[str],
-                        greedy_req_ids: set[str] | None = None) -> None:
+                        greedy_req_ids: set[str] | None = None,
+                        scheduled_tokens: int | None = None) -> None:
         """A new step begins: last step's capture is spent, and every request not in
-        ``live_req_ids`` is released."""
+        ``live_req_ids`` is released; the step schedules ``scheduled_tokens`` tokens."""
         self.predictions = None
+        self._step = (time.perf_counter(), scheduled_tokens) if scheduled_tokens else None
         self.greedy = greedy_req_ids or set()
         self.drafter.table.retain(live_req_ids)
         if self._log_state:
@@ -131,8 +140,14 @@ class SelfDraftingProposer:
         # token_ids_cpu: [B, max_model_len], row i valid up to num_tokens_no_spec[i]
         from vllm_cllm.core.step import VerifyStep
 
+        predictions = self.take_predictions()
+        if self._step is not None and predictions is not None and \
+                self.drafter.cost_measurement is not None:
+            started, tokens = self._step
+            self.drafter.cost_measurement.add(tokens, time.perf_counter() - started)
+        self._step = None
         step = VerifyStep.from_vllm(sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
-                                    self.take_predictions(), self.greedy, self.block_len,
+                                    predictions, self.greedy, self.block_len,
                                     self.max_model_len)
         return [draft.tolist() for draft in self.drafter.propose(step)]
 
@@ -158,3 +173,10 @@ class SelfDraftingProposer:
         if self.predictions is not None:
             held.update(self.predictions.req_ids)
         return held
+
+
+def _info(message: str) -> None:
+    """Log through vLLM's logger (the engine's log), prefixed with the plugin's name."""
+    from vllm.logger import init_logger
+
+    init_logger(__name__).info("vllm-cllm: %s", message)

@@ -12,4 +12,18 @@ class JacobiProposer(SelfDraftingProposer):
     method = "jacobi"
 
     def build_drafter(self, options: ProposerOptions, max_model_len: int) -> Drafter:
+        if options.fill == "hybrid":
+            _log_lookup(options.lookup)
         return jacobi_drafter(options, max_model_len)
+
+
+def _log_lookup(lookup: str) -> None:
+    """Say where ``hybrid`` looks up earlier text: the default depends on what is installed."""
+    from vllm_cllm.proposers.base import _info
+    from vllm_cllm.sources.suffix_trees import suffix_tree_missing
+
+    if lookup == "suffix":
+        _info("jacobi looks up earlier text in arctic-inference's suffix trees")
+    else:
+        _info(f"jacobi looks up earlier text in its numpy output history "
+              f"({suffix_tree_missing() or 'as configured'})")

@@ -1,0 +1,205 @@
+"""vLLM's own serving benchmark on real prompts: plain decoding, vLLM ``suffix`` and this
+plugin's ``jacobi`` side by side, at several concurrencies, every text compared.
+
+One ``vllm serve`` per configuration (the documented command; ``--speculative-config`` for
+the speculative ones), driven by ``vllm bench serve`` at each concurrency over real prompts:
+ShareGPT first turns and grade-school math problems (gsm_symbolic, a seed no recipe trains
+on), chat-formatted, greedy, up to ``--output-len`` tokens each (answers end where the model
+ends them). Each concurrency gets prompts of its own, and a warm-up set comes first: ``suffix``
+and ``jacobi`` keep earlier answers as a draft source, and a prompt answered twice would
+flatter them. Every generated text is compared with plain decoding's for the same prompt.
+
+    .venv/bin/python benchmarks/serve_compare.py --out results/serve_compare
+    .venv/bin/python benchmarks/serve_compare.py --out results/serve_compare \
+        --configs jacobi --jacobi '{"method": "jacobi", "num_speculative_tokens": 15, \
+        "knee_tokens": 100}'   # rows kept, this configuration re-measured
+
+Writes ``results.json``, ``table.md`` and ``serve_compare.png`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from vllm_cllm.bench.datasets import sharegpt_questions
+from vllm_cllm.runtime.checkpoints import model_path
+from vllm_cllm.runtime.server import read_metrics, running_server, vllm_executable
+
+#: vLLM's own ``suffix`` as the project's bench runs it.
+SUFFIX = {"method": "suffix", "num_speculative_tokens": 16}
+JACOBI = {"method": "jacobi", "num_speculative_tokens": 15}
+#: gsm_symbolic's seed for these prompts (the recipes train on others).
+GSM_SEED = 7070
+
+
+def prompt_sets(model: str, sizes: dict[str, int]) -> dict[str, list[str]]:
+    """Disjoint chat-formatted prompt sets, half ShareGPT first turns, half gsm problems."""
+    from transformers import AutoTokenizer
+
+    from vllm_cllm.training.gsm import chat_prompt, gsm_problems
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    total = sum(sizes.values())
+    chat = [tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
+                                          add_generation_prompt=True)
+            for q in sharegpt_questions(total, max_chars=600)]
+    gsm = [chat_prompt(tokenizer, p["question"]) for p in gsm_problems(total, seed=GSM_SEED)]
+    mixed = [p for pair in zip(chat, gsm, strict=True) for p in pair]
+    sets, at = {}, 0
+    for name, size in sizes.items():
+        sets[name], at = mixed[at:at + size], at + size
+    return sets
+
+
+def bench_serve(base: str, model: str, prompts: list[str], concurrency: int, output_len: int,
+                result: Path) -> dict[str, Any]:
+    """``vllm bench serve`` over ``prompts`` (already chat-formatted); its saved result."""
+    dataset = result.with_suffix(".prompts.jsonl")
+    dataset.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    cmd = [vllm_executable(), "bench", "serve", "--backend", "openai", "--base-url", base,
+           "--model", model, "--served-model-name", "model", "--dataset-name", "custom",
+           "--dataset-path", str(dataset), "--skip-chat-template", "--disable-shuffle",
+           "--custom-output-len", str(output_len), "--num-prompts", str(len(prompts)),
+           "--max-concurrency", str(concurrency), "--temperature", "0",
+           "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90",
+           "--save-result", "--save-detailed", "--result-dir", str(result.parent),
+           "--result-filename", result.name, "--disable-tqdm"]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return json.loads(result.read_text())
+
+
+def acceptance_length(before: dict[str, float], after: dict[str, float]) -> float | None:
+    """Tokens per verify step between two reads of the server's spec-decode counters."""
+    def delta(name: str) -> float:
+        return sum(v for k, v in after.items() if k.startswith(name)) - \
+            sum(v for k, v in before.items() if k.startswith(name))
+
+    drafts = delta("vllm:spec_decode_num_drafts")
+    return 1 + delta("vllm:spec_decode_num_accepted_tokens") / drafts if drafts else None
+
+
+def run_config(name: str, spec: dict[str, Any] | None, model: str, sets: dict[str, list[str]],
+               concurrencies: list[int], output_len: int, out: Path) -> list[dict[str, Any]]:
+    """One server: the warm-up set, then each concurrency's own set."""
+    extra = ["--speculative-config", json.dumps(spec)] if spec else []
+    rows = []
+    with running_server(model, *extra, log_path=str(out / f"{name}.server.log")) as base:
+        bench_serve(base, model, sets["warmup"], 4, output_len, out / f"{name}.warmup.json")
+        for concurrency in concurrencies:
+            before = read_metrics(base)
+            run = bench_serve(base, model, sets[f"c{concurrency}"], concurrency, output_len,
+                              out / f"{name}.c{concurrency}.json")
+            rows.append({"config": name, "speculative_config": spec,
+                         "concurrency": concurrency, "requests": run["completed"],
+                         "failed": run["failed"], "output_tok_s": run["output_throughput"],
+                         "tpot_p50_ms": run["p50_tpot_ms"], "ttft_p50_ms": run["p50_ttft_ms"],
+                         "acceptance_length": acceptance_length(before, read_metrics(base)),
+                         "texts": run["generated_texts"]})
+            print(f"{name} c{concurrency}: {run['output_throughput']:.1f} tok/s", flush=True)
+    return rows
+
+
+def compare(rows: list[dict[str, Any]]) -> None:
+    """Each row's texts against plain decoding's at the same concurrency (same prompts)."""
+    plain = {r["concurrency"]: r["texts"] for r in rows if r["config"] == "none"}
+    for r in rows:
+        reference = plain.get(r["concurrency"])
+        r["identical"] = None if reference is None else sum(
+            a == b for a, b in zip(r["texts"], reference, strict=True))
+
+
+def report(rows: list[dict[str, Any]], header: str) -> str:
+    by = {(r["config"], r["concurrency"]): r for r in rows}
+    names = list(dict.fromkeys(r["config"] for r in rows))
+    concurrencies = sorted({r["concurrency"] for r in rows})
+    lines = [header, "", "| concurrency | " + " | ".join(names) + " | jacobi / suffix |",
+             "|---" * (len(names) + 2) + "|"]
+    for c in concurrencies:
+        plain = by.get(("none", c))
+        cells = []
+        for name in names:
+            r = by.get((name, c))
+            if r is None:
+                cells.append("")
+                continue
+            text = f"{r['output_tok_s']:.1f}"
+            if plain is not None and name != "none":
+                text += f" ({r['output_tok_s'] / plain['output_tok_s']:.2f}x"
+                text += f", {r['acceptance_length']:.2f} tok/step" \
+                    if r["acceptance_length"] else ""
+                text += f", {r['identical']}/{r['requests']} identical)"
+            cells.append(text)
+        ratio = ""
+        if ("jacobi", c) in by and ("suffix", c) in by:
+            ratio = f"{by['jacobi', c]['output_tok_s'] / by['suffix', c]['output_tok_s']:.2f}x"
+        lines.append(f"| {c} | " + " | ".join(cells) + f" | {ratio} |")
+    lines += ["", "Output tokens/s under `vllm bench serve`; in brackets: the speed-up over plain "
+              "decoding, tokens per verify step, and texts identical to plain decoding's."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(r["config"] for r in rows))
+    concurrencies = sorted({r["concurrency"] for r in rows})
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / len(names)
+    for j, name in enumerate(names):
+        values = [next((r["output_tok_s"] for r in rows if r["config"] == name
+                        and r["concurrency"] == c), 0) for c in concurrencies]
+        ax.bar([i + j * width for i in range(len(concurrencies))], values, width, label=name)
+    ax.set_xticks([i + width * (len(names) - 1) / 2 for i in range(len(concurrencies))],
+                  [f"concurrency {c}" for c in concurrencies])
+    ax.set_ylabel("output tokens/s")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--model", default="smollm2-135m-cllm-gsm")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--num-prompts", type=int, default=40, help="per concurrency")
+    parser.add_argument("--prompts-at-1", type=int, default=16)
+    parser.add_argument("--output-len", type=int, default=256)
+    parser.add_argument("--configs", nargs="+", default=["none", "suffix", "jacobi"],
+                        choices=["none", "suffix", "jacobi"])
+    parser.add_argument("--jacobi", default=json.dumps(JACOBI),
+                        help="the jacobi speculative config (JSON)")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = str(model_path(args.model))
+    sizes = {"warmup": 8, **{f"c{c}": args.prompts_at_1 if c == 1 else args.num_prompts
+                             for c in args.concurrency}}
+    sets = prompt_sets(model, sizes)
+    specs = {"none": None, "suffix": SUFFIX, "jacobi": json.loads(args.jacobi)}
+    saved = out / "results.json"
+    rows = [r for r in (json.loads(saved.read_text())["rows"] if saved.exists() else [])
+            if r["config"] not in args.configs]
+    for name in args.configs:
+        rows += run_config(name, specs[name], model, sets, args.concurrency, args.output_len,
+                           out)
+        compare(rows)
+        header = (f"{args.model}, `vllm bench serve`, {time.strftime('%Y-%m-%d')}: "
+                  f"{sizes} prompts (ShareGPT + gsm), up to {args.output_len} tokens, greedy")
+        saved.write_text(json.dumps({"header": header, "rows": rows}, indent=1))
+    table = report(rows, header)
+    (out / "table.md").write_text(table)
+    plot(rows, out / "serve_compare.png")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""The step cost measured from timed verify steps: fits that explain the steps are taken,
+bad measurements fall back to what was in use with a log line, never a crash."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fakes import jacobi, predictions
+
+from vllm_cllm.errors import ConfigError
+from vllm_cllm.options import parse_options
+from vllm_cllm.policies.cost_model import CostModel
+from vllm_cllm.policies.measured_cost import CostMeasurement, fit_step_cost
+
+
+def _steps(knee: float, floor: float, tokens: np.ndarray, noise: float = 0.02,
+           seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return 1e-4 * np.maximum(floor, knee + tokens) * (1 + noise * rng.standard_normal(
+        len(tokens)))
+
+
+def test_a_fit_recovers_knee_and_floor():
+    tokens = np.repeat([1, 2, 4, 8, 16, 32, 64, 128, 256], 20)
+    for knee, floor in ((24, 28), (256, 0), (10, 100)):
+        fit = fit_step_cost(tokens, _steps(knee, floor, tokens))
+        assert not isinstance(fit, str), fit
+        assert fit.knee_tokens == pytest.approx(knee, rel=0.2, abs=3)
+        assert fit.floor_tokens == pytest.approx(floor, rel=0.2, abs=8)
+
+
+def _measured(samples: list[tuple[int, float]]) -> tuple[CostModel, list[str]]:
+    cost, said = CostModel(256, 0), []
+    measurement = CostMeasurement(cost, said.append, refit_every=len(samples))
+    for tokens, seconds in samples:
+        measurement.add(tokens, seconds)
+    return cost, said
+
+
+@pytest.mark.parametrize("samples, reason", [
+    ([(16, 0.0)] * 40, "dropped a verify step timed at 0.0 s"),  # a zero time
+    ([(16, -1.0)] * 40, "dropped a verify step timed at -1.0 s"),  # a negative one
+    ([(n, 0.02 - 5e-5 * n) for n in (1, 4, 16, 64, 256) for _ in range(8)], "slope"),
+    ([(n, 0.05 if n in (4, 64) else 0.01) for n in (1, 4, 16, 64, 256) for _ in range(8)],
+     "error"),  # noisy: the steps follow no line
+    ([(16, 0.01)] * 10 + [(17, 0.011)] * 10, "bins"),  # too narrow a range
+])
+def test_bad_measurements_keep_the_values_in_use_with_a_log_line(samples, reason):
+    cost, said = _measured(samples)
+    assert (cost.knee_tokens, cost.floor_tokens) == (256, 0)
+    assert len(said) == 1 and "keeping knee 256, floor 0" in said[0] and reason in said[0]
+
+
+def test_steps_that_cost_the_same_raise_the_floor_only():
+    """Up to 300 query tokens every step costs the same: drafting is free up to there."""
+    cost, said = _measured([(n, 0.01) for n in (10, 40, 80, 300) for _ in range(10)])
+    assert (cost.knee_tokens, cost.floor_tokens) == (256, 300 - 256)
+    assert "cost the same up to 300" in said[0]
+
+
+def test_a_good_fit_replaces_the_defaults_and_is_logged():
+    tokens = np.repeat([1, 4, 16, 32, 64, 128], 12)
+    cost, said = _measured(list(zip(tokens.tolist(), _steps(24, 28, tokens).tolist(),
+                                    strict=True)))
+    assert cost.knee_tokens == pytest.approx(24, abs=5)
+    assert cost.floor_tokens == pytest.approx(28, abs=8)
+    assert "step cost measured" in said[0]
+
+
+def test_explicit_knee_or_floor_switch_the_measurement_off():
+    base = {"method": "jacobi", "num_speculative_tokens": 8}
+    assert not parse_options({**base, "knee_tokens": 64}, max_k=128).measure_cost
+    assert parse_options({**base, "measure_cost": True, "knee_tokens": 64},
+                         max_k=128).measure_cost
+    with pytest.raises(ConfigError, match="measure_cost"):
+        parse_options({**base, "adaptive": False, "measure_cost": True}, max_k=128)
+
+
+def test_the_proposer_feeds_its_timed_steps_to_the_measurement(monkeypatch):
+    import vllm_cllm.proposers.base as base
+
+    proposer = jacobi(k=4, measure_cost=True)
+    measurement = proposer.drafter.cost_measurement
+    clock = iter(np.arange(0.0, 100.0, 0.5))
+    monkeypatch.setattr(base.time, "perf_counter", lambda: float(next(clock)))
+    tokens = np.zeros((1, 50), dtype=np.int64)
+    for n in range(3):
+        proposer.retain_requests({"r"}, {"r"}, scheduled_tokens=7)
+        proposer.predictions = predictions(["r"], [[5]])
+        proposer.propose([[5]], np.array([10 + n]), tokens)
+    assert list(measurement.samples) == [(7, 0.5)] * 3
+    proposer.retain_requests({"r"}, {"r"})  # a caller without the token count: not timed
+    proposer.predictions = predictions(["r"], [[5]])
+    proposer.propose([[5]], np.array([14]), tokens)
+    assert len(measurement.samples) == 3
