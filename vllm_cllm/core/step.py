@@ -69,3 +69,17 @@ class VerifyStep:
     def drafting(self) -> list[int]:
         """The requests that may draft this step."""
         return [int(i) for i in np.flatnonzero(self.rooms)]
+
+    def committed_grid(self, rows: list[int], width: int) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens requests ``rows`` committed this step, as a [len(rows), width] grid
+        (-2, which no draft holds, past each request's tokens or its first ``width``), and
+        how many each committed."""
+        counts = np.fromiter((len(self.committed[i]) for i in rows), dtype=np.int64,
+                             count=len(rows))
+        grid = np.full((len(rows), width), -2, dtype=np.int64)
+        kept = np.minimum(counts, width)
+        if kept.any():
+            grid[np.arange(width) < kept[:, None]] = np.fromiter(
+                (t for i, n in zip(rows, kept.tolist(), strict=True)
+                 for t in self.committed[i][:n]), dtype=np.int64, count=int(kept.sum()))
+        return grid, counts

@@ -93,3 +93,103 @@ class TokenAcceptance:
         if crowded.any():
             self.trials[crowded] /= 2
             self.accepted[crowded] /= 2
+
+    # The whole step at once: candidates as a padded [rows, sources, width] grid (-1 past a
+    # candidate's length), the same cells and the same float operations as the per-request
+    # methods above, so that the estimates, and so the drafts, are the same to the last bit.
+
+    def grid_votes(self, grid: np.ndarray) -> np.ndarray:
+        """Per row, source and position of ``grid`` ([R, S, K], -1 where a candidate has no
+        token), how many of the row's *other* candidates put the same token there (capped at
+        :data:`MAX_VOTES`; meaningless where the candidate has no token), as :meth:`cells`."""
+        present = grid >= 0
+        same = (grid[:, :, None, :] == grid[:, None, :, :]) & present[:, None, :, :]
+        return np.minimum(same.sum(axis=2) - 1, MAX_VOTES)
+
+    def grid_values(self, rows: np.ndarray, votes: np.ndarray,
+                    previous: np.ndarray) -> np.ndarray:
+        """:meth:`values` for every candidate of a grid: ``rows`` [S] each slot's source row,
+        ``votes`` [R, S, K] (:meth:`grid_votes`), ``previous`` [R] (or [R, S]) the outcome
+        cell; [R, S, K], valid up to each candidate's length (a prefix of the cumulative
+        product does not depend on what lies past it)."""
+        rates = self.accepted / self.trials
+        positions = np.minimum(np.arange(votes.shape[-1]), POSITIONS - 1)
+        prev = previous[:, None, None] if previous.ndim == 1 else previous[:, :, None]
+        return np.cumprod(rates[rows[None, :, None], positions[None, None, :], votes, prev],
+                          axis=-1)
+
+    def observe_grid(self, rows: np.ndarray, grid: np.ndarray, votes: np.ndarray,
+                     previous: np.ndarray, known: np.ndarray, num_known: np.ndarray) -> None:
+        """:meth:`observe` for R requests in order: ``grid``, ``votes`` [R, S, K] their
+        candidates of the last step (:meth:`grid_votes`), ``rows`` [S] the slots' source
+        rows, ``previous`` [R] their outcome cells, ``known`` [R, K] what vLLM committed
+        (``num_known`` [R] tokens of it valid). Counts are added a request at a time as the
+        per-request method does (each +1 in turn: :func:`_add_ones`), and crowded cells are
+        halved after exactly the request after which the per-request method halves them."""
+        num_rows, _, width = grid.shape
+        if not num_rows:
+            return
+        k = np.arange(width)
+        lengths = (grid >= 0).sum(axis=-1)  # [R, S]; a candidate's tokens are a prefix
+        n = np.minimum(lengths, num_known[:, None])
+        valid = k < n[:, :, None]
+        miss = valid & (grid != known[:, None, :])
+        missed = miss.any(axis=-1)
+        first = np.where(missed, miss.argmax(axis=-1), n)
+        seen, hits = np.where(missed, first + 1, n), first  # trials up to the miss, hits before
+        size = self.trials.size
+        positions = np.minimum(k, POSITIONS - 1)
+        shape = self.trials.shape
+        cell = ((rows[None, :, None] * shape[1] + positions[None, None, :]) * shape[2]
+                + votes) * shape[3] + previous[:, None, None]  # [R, S, K] flat cell
+        offset = np.arange(num_rows)[:, None, None] * size + cell
+        tried = np.bincount(offset[k < seen[:, :, None]], minlength=num_rows * size)
+        won = np.bincount(offset[k < hits[:, :, None]], minlength=num_rows * size)
+        tried = tried.reshape(num_rows, size).astype(np.float64)
+        won = won.reshape(num_rows, size).astype(np.float64)
+        trials, accepted = self.trials.reshape(-1), self.accepted.reshape(-1)
+        start = 0
+        while start < num_rows:
+            # the trial counts after each remaining request, until the first that crowds a cell
+            after = _add_ones(np.broadcast_to(trials, tried[start:].shape),
+                              np.cumsum(tried[start:], axis=0))
+            crowded_after = (after > HALVE_AT).any(axis=1)
+            if not crowded_after.any():
+                trials[:] = after[-1]
+                accepted[:] = _add_ones(accepted, won[start:].sum(axis=0))
+                break
+            last = start + int(crowded_after.argmax())
+            trials[:] = after[last - start]
+            accepted[:] = _add_ones(accepted, won[start:last + 1].sum(axis=0))
+            crowded = trials > HALVE_AT
+            trials[crowded] /= 2
+            accepted[crowded] /= 2
+            start = last + 1
+
+
+def _add_ones(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``values`` with 1.0 added ``counts`` times, one addition at a time in floating point
+    (what ``np.add.at`` does for repeated indices), without a loop per addition: additions
+    that stay below the next power of two are exact, so each binade costs one addition of
+    many ones and one rounded addition that crosses into the next."""
+    values = np.array(np.broadcast_to(values, counts.shape), dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.float64)
+    direct = values + counts
+    exact = direct - counts == values  # no rounding on the way (see the loop's argument)
+    out = np.where(exact, direct, values)
+    todo = np.flatnonzero(~exact)
+    if len(todo):
+        a, left = out.reshape(-1)[todo], counts.reshape(-1)[todo].copy()
+        while True:
+            going = left > 0
+            if not going.any():
+                break
+            _, exponent = np.frexp(a)
+            below = np.ceil(np.ldexp(1.0, exponent) - a) - 1  # ones that stay below 2**e
+            step = np.where(going, np.minimum(left, below), 0.0)
+            a, left = a + step, left - step
+            cross = left > 0
+            a = np.where(cross, a + 1.0, a)
+            left = np.where(cross, left - 1, left)
+        out.reshape(-1)[todo] = a
+    return out

@@ -15,7 +15,7 @@ is built: sources that follow the requests' tokens (the suffix trees) still take
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,11 +23,11 @@ from vllm_cllm.core.drafter import DraftSource
 from vllm_cllm.core.requests import RequestState
 from vllm_cllm.core.step import VerifyStep
 from vllm_cllm.core.tokens import EMPTY
-from vllm_cllm.policies.acceptance import HIT, MISSED, UNDRAFTED, Cells, TokenAcceptance
+from vllm_cllm.policies.acceptance import HIT, MISSED, UNDRAFTED, TokenAcceptance
 from vllm_cllm.policies.cost_model import (
     SPEC_STEP_OVERHEAD_PER_REQUEST,
     CostModel,
-    draft_lengths,
+    draft_lengths_grid,
     drafts_cost_time,
     step_cost,
 )
@@ -39,7 +39,7 @@ def best_candidate(values: dict[str, np.ndarray], knee_tokens: float, floor_toke
     """The candidate whose best prefix promises the most tokens per step cost for a request
     on its own; None if none beats drafting nothing (each value counting
     ``1 / (1 + token_margin)`` of itself). :func:`draft_lengths` then sizes the chosen one
-    against the rest of the batch."""
+    against the rest of the batch. :func:`best_candidates` is the same over a whole step."""
     plain = 1.0 / step_cost(1, knee_tokens, floor_tokens)
     best, best_rate = None, plain
     for name, value in values.items():
@@ -54,13 +54,31 @@ def best_candidate(values: dict[str, np.ndarray], knee_tokens: float, floor_toke
     return best
 
 
+def best_candidates(values: np.ndarray, lengths: np.ndarray, knee_tokens: float,
+                    floor_tokens: float, token_margin: float = 0.0) -> np.ndarray:
+    """:func:`best_candidate` for every row at once: ``values`` [R, S, K] each candidate's
+    values (valid up to ``lengths`` [R, S]), in the order the per-request function would see
+    them; per row the chosen slot, -1 for none. The same float operations, the first of
+    equal rates winning and having to beat drafting nothing strictly."""
+    plain = 1.0 / step_cost(1, knee_tokens, floor_tokens)
+    width = values.shape[-1]
+    drafted = np.arange(1, width + 1)
+    costs = step_cost(1 + SPEC_STEP_OVERHEAD_PER_REQUEST + drafted, knee_tokens, floor_tokens)
+    rates = (1 + np.cumsum(values, axis=-1) / (1 + token_margin)) / costs
+    rates = np.where(np.arange(width) < lengths[:, :, None], rates, -np.inf).max(axis=-1)
+    best = rates.argmax(axis=1)
+    return np.where(rates[np.arange(len(best)), best] > plain, best, -1)
+
+
 @dataclass
 class Outcome:
-    """A request's record (state part ``adaptive``): its candidates of the last step, valued
+    """A request's record (state part ``adaptive``): its candidates of the last step (one row
+    of the step's grid, -1 past each candidate, with their vote and outcome cells), valued
     once vLLM has committed, and how its last draft fared."""
 
-    candidates: dict[str, np.ndarray] = field(default_factory=dict)
-    cells: Cells = field(default_factory=dict)
+    grid: np.ndarray | None = None  # [S, K]
+    votes: np.ndarray | None = None  # [S, K]
+    cell_previous: int = UNDRAFTED  # the outcome cell the candidates were valued in
     previous: int = UNDRAFTED
 
 
@@ -71,7 +89,11 @@ class Adaptive:
 
     ``stop_when_compute_bound``: draft nothing, and build no candidate, at a batch whose own
     tokens make the device compute-bound (:func:`drafts_cost_time`), whatever the
-    acceptance; without it the cost model weighs acceptance against cost at every batch."""
+    acceptance; without it the cost model weighs acceptance against cost at every batch.
+
+    The whole step is valued at once: the candidates as one padded grid, the acceptance
+    table read and updated for every row together (:mod:`vllm_cllm.policies.acceptance`),
+    the same choices as valuing each request in turn."""
 
     part = "adaptive"
 
@@ -84,24 +106,41 @@ class Adaptive:
         self.stop_when_compute_bound = stop_when_compute_bound
         #: how often each kind of candidate token gets accepted
         self.acceptance = TokenAcceptance(self.names)
+        self._rows = np.array([self.acceptance.sources.index(n) for n in self.names])
+        self._tail = self.names.index(self.tail)
 
     def observe(self, step: VerifyStep, rows: Sequence[int],
                 states: Sequence[RequestState]) -> list[Outcome]:
         """Value last step's candidates against what vLLM committed."""
-        outcomes = []
+        outcomes, seen = [], []
         for i, state in zip(rows, states, strict=True):
             outcome = state.parts.get(self.part)
-            committed = step.committed[i]
             if outcome is None:
                 outcome = state.parts[self.part] = Outcome()
             else:
-                outcome.previous = (HIT if len(committed) > 1 else MISSED) \
+                outcome.previous = (HIT if len(step.committed[i]) > 1 else MISSED) \
                     if state.last_drafted else UNDRAFTED
-                if outcome.candidates:
-                    self.acceptance.observe(outcome.candidates, outcome.cells, committed)
-                    outcome.candidates, outcome.cells = {}, {}
+                if outcome.grid is not None:
+                    seen.append((i, outcome))
             outcomes.append(outcome)
+        if seen:
+            self._count(step, seen)
         return outcomes
+
+    def _count(self, step: VerifyStep, seen: list[tuple[int, Outcome]]) -> None:
+        """Count the candidates of ``seen`` (request, its record) against what vLLM
+        committed, in order, and forget them."""
+        width = max(outcome.grid.shape[1] for _, outcome in seen)
+        grid = np.full((len(seen), len(self.names), width), -1, dtype=np.int64)
+        votes = np.zeros(grid.shape, dtype=np.int64)
+        for r, (_, outcome) in enumerate(seen):
+            grid[r, :, :outcome.grid.shape[1]] = outcome.grid
+            votes[r, :, :outcome.grid.shape[1]] = outcome.votes
+        previous = np.array([outcome.cell_previous for _, outcome in seen])
+        known, num_known = step.committed_grid([i for i, _ in seen], width)
+        self.acceptance.observe_grid(self._rows, grid, votes, previous, known, num_known)
+        for _, outcome in seen:
+            outcome.grid = outcome.votes = None
 
     def draft(self, step: VerifyStep, rows: Sequence[int], states: Sequence[RequestState],
               sources: Mapping[str, DraftSource]) -> list[np.ndarray]:
@@ -113,26 +152,58 @@ class Adaptive:
                 if follow is not None:
                     follow(step, rows, states)
             return [EMPTY] * len(rows)
-        lengths = [int(step.rooms[i]) for i in rows]
+        rooms = step.rooms[np.asarray(rows, dtype=np.int64)]
+        lengths = rooms.tolist()
         candidates = gather(sources, self.names, step, rows, lengths, states)
-        bare = [j for j in range(len(rows)) if not len(candidates[self.tail][j])]
-        restarts = dict(zip(bare, sources[self.restart].propose(
-            step, [rows[j] for j in bare], [lengths[j] for j in bare],
-            [states[j] for j in bare])[self.restart], strict=True)) if bare else {}
-        chosen, values = {}, {}
-        for j, outcome in enumerate(outcomes):
-            mine = {name: candidates[name][j] for name in self.names if
-                    name != self.tail or j not in restarts}
-            cells = self.acceptance.cells(mine, outcome.previous)
-            outcome.candidates, outcome.cells = mine, cells
-            if j in restarts:  # valued as the tail it buys (drafted after a miss); not counted
-                mine = {**mine, self.tail: restarts[j]}
-                cells = {**cells, **self.acceptance.cells({self.tail: restarts[j]}, MISSED)}
-            value = self.acceptance.values(cells)
-            name = best_candidate(value, knee, floor, self.token_margin)
-            chosen[rows[j]] = EMPTY if name is None else mine[name]
-            values[rows[j]] = () if name is None else value[name]
-        sized = draft_lengths([values.get(i, ()) for i in range(len(step))],
-                              [int(r) for r in step.rooms], knee, floor,
-                              token_margin=self.token_margin)
-        return [chosen[i][:sized[i]] for i in rows]
+        width = int(rooms.max())
+        grid = np.full((len(rows), len(self.names), width), -1, dtype=np.int64)
+        sizes = np.zeros((len(rows), len(self.names)), dtype=np.int64)
+        for s, name in enumerate(self.names):
+            sizes[:, s] = pack(candidates[name], grid[:, s])
+        votes = self.acceptance.grid_votes(grid)
+        previous = np.array([outcome.previous for outcome in outcomes], dtype=np.int64)
+        for r, outcome in enumerate(outcomes):
+            outcome.grid, outcome.votes, outcome.cell_previous = grid[r], votes[r], \
+                outcome.previous
+        # a request without a tail is offered a restart block of its room, valued as the tail
+        # it buys (drafted after a miss, agreeing with nothing); drawn only where chosen
+        bare = sizes[:, self._tail] == 0
+        cell_previous = np.repeat(previous[:, None], len(self.names), axis=1)
+        if bare.any():
+            votes = votes.copy()
+            votes[bare, self._tail] = 0
+            cell_previous[bare, self._tail] = MISSED
+            sizes[bare, self._tail] = np.where(step.num_tokens[np.asarray(rows)[bare]] > 0,
+                                               rooms[bare], 0)
+        values = self.acceptance.grid_values(self._rows, votes, cell_previous)
+        best = best_candidates(values, sizes, knee, floor, self.token_margin)
+        chosen = np.flatnonzero(best >= 0)
+        room_all = np.zeros((len(step), width), dtype=np.float64)
+        caps = np.zeros(len(step), dtype=np.int64)
+        at = np.asarray(rows, dtype=np.int64)[chosen]
+        room_all[at] = values[chosen, best[chosen]]
+        caps[at] = np.minimum(step.rooms[at], sizes[chosen, best[chosen]])
+        sized = draft_lengths_grid(room_all, caps, knee, floor, token_margin=self.token_margin)
+        drafts = [EMPTY] * len(rows)
+        restarts = [j for j in chosen.tolist() if bare[j] and best[j] == self._tail
+                    and sized[rows[j]] > 0]
+        if restarts:
+            drawn = sources[self.restart].propose(
+                step, [rows[j] for j in restarts], [lengths[j] for j in restarts],
+                [states[j] for j in restarts])[self.restart]
+            for j, block in zip(restarts, drawn, strict=True):
+                drafts[j] = block[:sized[rows[j]]]
+        for j in chosen.tolist():
+            n = int(sized[rows[j]])
+            if n and not (bare[j] and best[j] == self._tail):
+                drafts[j] = candidates[self.names[best[j]]][j][:n]
+        return drafts
+
+
+def pack(candidates: Sequence[np.ndarray], into: np.ndarray) -> np.ndarray:
+    """Write each row's candidate into ``into`` ([R, K], already -1) from its first column;
+    their lengths."""
+    sizes = np.fromiter((len(c) for c in candidates), dtype=np.int64, count=len(candidates))
+    if sizes.any():
+        into[np.arange(into.shape[1]) < sizes[:, None]] = np.concatenate(candidates)
+    return sizes

@@ -23,7 +23,6 @@ seen so far — never timings, so every tensor-parallel rank drafts the same thi
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -88,27 +87,40 @@ def draft_lengths(values: Sequence[Sequence[float]], rooms: list[int], knee_toke
     ``margin`` (relative). Each value counts ``1 / (1 + token_margin)`` of itself
     (:data:`TOKEN_MARGIN_PCT`).
     """
+    width = max((len(v) for v in values), default=0)
+    grid = np.zeros((len(values), width), dtype=np.float64)
+    for i, v in enumerate(values):
+        grid[i, :len(v)] = v
+    caps = np.array([min(room, len(v)) for room, v in zip(rooms, values, strict=True)],
+                    dtype=np.int64)
+    return draft_lengths_grid(grid, caps, knee_tokens, floor_tokens, overhead_per_request,
+                              margin, token_margin).tolist()
+
+
+def draft_lengths_grid(values: np.ndarray, caps: np.ndarray, knee_tokens: float,
+                       floor_tokens: float = 0.0,
+                       overhead_per_request: float = SPEC_STEP_OVERHEAD_PER_REQUEST,
+                       margin: float = DRAFT_MARGIN, token_margin: float = 0.0) -> np.ndarray:
+    """:func:`draft_lengths` over a grid: ``values`` [B, K] (row i valid up to ``caps[i]``,
+    already capped by its room). The greedy is a merge of the rows' non-increasing values:
+    all positions sorted by (value, highest first; request; position) come in exactly the
+    order a heap of each request's next position pops them, and the running gain and cost
+    are the same sums taken in the same order."""
     batch = len(values)
-    lengths = [0] * batch
     if not batch:
-        return lengths
-    caps = [min(room, len(v)) for room, v in zip(rooms, values, strict=True)]
-
-    def cost(tokens: float) -> float:
-        return step_cost(tokens, knee_tokens, floor_tokens)
-
-    plain = batch / cost(batch)
+        return np.zeros(0, dtype=np.int64)
+    caps = np.where(values[:, 0] > 0, caps, 0) if values.shape[1] else np.zeros_like(caps)
+    which, where = np.nonzero(np.arange(values.shape[1]) < caps[:, None])
+    value = values[which, where]
+    order = np.lexsort((where, which, -value))
     trust = 1.0 / (1.0 + token_margin)
-    gain, tokens = float(batch), batch * (1 + overhead_per_request)
-    heap = [(-float(values[i][0]), i) for i in range(batch) if caps[i] > 0 and values[i][0] > 0]
-    heapq.heapify(heap)
-    while heap:
-        neg_value, i = heapq.heappop(heap)
-        value = -neg_value * trust
-        if (gain + value) / cost(tokens + 1) <= gain / cost(tokens):
-            break
-        lengths[i] += 1
-        gain, tokens = gain + value, tokens + 1
-        if lengths[i] < caps[i]:
-            heapq.heappush(heap, (-float(values[i][lengths[i]]), i))
-    return lengths if gain / cost(tokens) > plain * (1 + margin) else [0] * batch
+    gain = np.cumsum(np.concatenate([[float(batch)], value[order] * trust]))
+    tokens = np.cumsum(np.concatenate([[batch * (1 + overhead_per_request)],
+                                       np.ones(len(order))]))
+    rate = gain / np.maximum(floor_tokens, knee_tokens + tokens)
+    worse = np.flatnonzero(rate[1:] <= rate[:-1])  # adding item m + 1 would not raise it
+    taken = int(worse[0]) if len(worse) else len(order)
+    plain = batch / step_cost(batch, knee_tokens, floor_tokens)
+    if not rate[taken] > plain * (1 + margin):
+        return np.zeros(batch, dtype=np.int64)
+    return np.bincount(which[order[:taken]], minlength=batch).astype(np.int64)

@@ -15,6 +15,7 @@ import numpy as np
 from vllm_cllm.core.drafter import Candidates
 from vllm_cllm.core.requests import RequestState
 from vllm_cllm.core.step import VerifyStep
+from vllm_cllm.core.tokens import EMPTY
 
 
 class Fill(Protocol):
@@ -122,11 +123,95 @@ class NoFill:
         return context[:0]
 
 
+class NgramIndex:
+    """Where each ``ngram_min``-gram of one request's tokens occurred, kept as the request
+    commits tokens (state part ``ngrams``): a step costs a dictionary probe and a look at
+    the probed n-gram's occurrences, not a scan of the context. :meth:`starts` gives what
+    :func:`ngram_continuations` does."""
+
+    #: occurrences beyond which the longest match is found with numpy rather than in Python
+    VECTOR_AT = 48
+
+    def __init__(self, ngram_min: int, ngram_max: int) -> None:
+        self.ngram_min, self.ngram_max = ngram_min, ngram_max
+        self.tokens: list[int] = []
+        #: n-gram → every position it ends at that a committed token follows, in order
+        self.ends: dict[tuple[int, ...], list[int]] = {}
+
+    def extend(self, context: np.ndarray) -> None:
+        """Index the tokens of ``context`` (the request's committed tokens) not seen yet;
+        starts afresh if ``context`` is not a continuation of what was indexed."""
+        have, length = len(self.tokens), len(context)
+        if have > length or (have and self.tokens[-1] != int(context[have - 1])):
+            self.tokens, self.ends, have = [], {}, 0
+        if length == have:
+            return
+        self.tokens.extend(context[have:].tolist())
+        n, tokens, ends = self.ngram_min, self.tokens, self.ends
+        first = max(have - 1, n - 1)  # n-grams whose next token has just been committed
+        if first >= length - 1:
+            return
+        keys = zip(*(tokens[first - n + 1 + o:length - n + o] for o in range(n)), strict=True)
+        for end, key in enumerate(keys, first):
+            found = ends.get(key)
+            if found is None:
+                ends[key] = [end]
+            else:
+                found.append(end)
+
+    def starts(self, context: np.ndarray) -> tuple[int, int] | None:
+        """Where the usual and the latest continuation of the longest suffix n-gram begin in
+        ``context`` (indexed by :meth:`extend`), None where no suffix n-gram occurred."""
+        tokens, n = self.tokens, self.ngram_min
+        length = len(tokens)
+        top = min(self.ngram_max, length - 1)
+        if top < max(n, 1):
+            return None
+        ends = self.ends.get(tuple(tokens[length - n:]))
+        if not ends:
+            return None
+        if top > n and len(ends) > self.VECTOR_AT:
+            hits = self._longest_vector(context, np.array(ends), top).tolist()
+        elif top > n:
+            runs = []
+            for end in ends:  # extend each occurrence backwards, up to top tokens
+                run = n
+                while run < top and end >= run and tokens[end - run] == tokens[length - 1 - run]:
+                    run += 1
+                runs.append(run)
+            best = max(runs)
+            hits = [end for end, run in zip(ends, runs, strict=True) if run == best]
+        else:
+            hits = ends
+        if len(hits) == 1:
+            return hits[0] + 1, hits[0] + 1
+        counts: dict[int, int] = {}
+        for end in hits:
+            counts[tokens[end + 1]] = counts.get(tokens[end + 1], 0) + 1
+        most = max(counts.values())
+        usual = next(end for end in hits if counts[tokens[end + 1]] == most)
+        return usual + 1, hits[-1] + 1
+
+    def _longest_vector(self, context: np.ndarray, ends: np.ndarray, top: int) -> np.ndarray:
+        """The occurrences in ``ends`` that match the longest suffix (as
+        :func:`_longest_ngram_hits` extends them)."""
+        length, run = len(context), np.full(len(ends), self.ngram_min, dtype=np.int64)
+        for back in range(self.ngram_min, top):
+            alive = np.flatnonzero((run == back) & (ends >= back))
+            if not len(alive):
+                break
+            same = context[ends[alive] - back] == context[length - 1 - back]
+            run[alive[same]] += 1
+        return ends[run == run.max()]
+
+
 class RequestNgrams:
     """Source ``ngram`` (the usual continuation of the longest suffix n-gram in the request's
-    tokens) and ``ngram_latest`` (its latest occurrence's), from one search per request."""
+    tokens) and ``ngram_latest`` (its latest occurrence's), from the request's
+    :class:`NgramIndex` (state part ``ngrams``)."""
 
     names = ("ngram", "ngram_latest")
+    part = "ngrams"
 
     def __init__(self, fill: NgramFill) -> None:
         self.fill = fill
@@ -134,8 +219,20 @@ class RequestNgrams:
     def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
                 states: Sequence[RequestState]) -> Candidates:
         usual, latest = [], []
-        for i, n in zip(rows, lengths, strict=True):
-            one, other = self.fill.both(step.context(i), n)
-            usual.append(np.asarray(one, dtype=np.int64))
-            latest.append(np.asarray(other, dtype=np.int64))
+        fill, part = self.fill, self.part
+        for i, n, state in zip(rows, lengths, states, strict=True):
+            context = step.context(i)
+            index = state.parts.get(part)
+            if index is None:
+                index = state.parts[part] = NgramIndex(fill.ngram_min, fill.ngram_max)
+            index.extend(context)
+            n = fill._room(context, n)
+            found = index.starts(context) if n else None
+            if found is None:
+                usual.append(EMPTY)
+                latest.append(EMPTY)
+                continue
+            one, other = found
+            usual.append(np.asarray(context[one:one + n], dtype=np.int64))
+            latest.append(np.asarray(context[other:other + n], dtype=np.int64))
         return {"ngram": usual, "ngram_latest": latest}

@@ -1,0 +1,154 @@
+"""The whole-step paths of the drafting core against the per-request functions they replace:
+the same numbers to the last bit, so that the same drafts come out."""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from vllm_cllm.policies.acceptance import HALVE_AT, MAX_VOTES, TokenAcceptance, _add_ones
+from vllm_cllm.policies.adaptive import best_candidate, best_candidates
+from vllm_cllm.policies.cost_model import draft_lengths, step_cost
+from vllm_cllm.sources.ngram import NgramIndex, ngram_continuations
+
+NAMES = ("suffix", "ngram", "tail")
+
+
+def _heap_draft_lengths(values, rooms, knee, floor, overhead=0.25, margin=0.1,
+                        token_margin=0.0):
+    """The sizing rule as a heap over each request's next position (its first statement)."""
+    batch = len(values)
+    lengths = [0] * batch
+    caps = [min(room, len(v)) for room, v in zip(rooms, values, strict=True)]
+    plain = batch / step_cost(batch, knee, floor)
+    trust = 1.0 / (1.0 + token_margin)
+    gain, tokens = float(batch), batch * (1 + overhead)
+    heap = [(-float(values[i][0]), i) for i in range(batch) if caps[i] > 0 and values[i][0] > 0]
+    heapq.heapify(heap)
+    while heap:
+        neg_value, i = heapq.heappop(heap)
+        value = -neg_value * trust
+        if (gain + value) / step_cost(tokens + 1, knee, floor) <= \
+                gain / step_cost(tokens, knee, floor):
+            break
+        lengths[i] += 1
+        gain, tokens = gain + value, tokens + 1
+        if lengths[i] < caps[i]:
+            heapq.heappush(heap, (-float(values[i][lengths[i]]), i))
+    return lengths if gain / step_cost(tokens, knee, floor) > plain * (1 + margin) \
+        else [0] * batch
+
+
+def test_draft_lengths_pops_positions_in_the_heaps_order():
+    rng = np.random.default_rng(1)
+    for _ in range(400):
+        batch = int(rng.integers(1, 40))
+        values = []
+        for _ in range(batch):
+            n = int(rng.integers(0, 8))
+            # coarse values make ties between requests and within one common
+            values.append(np.cumprod(rng.choice([0.25, 0.5, 0.75, 1.0], n)))
+        rooms = rng.integers(0, 8, batch).tolist()
+        knee, floor = float(rng.choice([20, 256, 2048])), float(rng.choice([0, 64]))
+        margin = float(rng.choice([0.0, 0.3]))
+        assert draft_lengths(values, rooms, knee, floor, token_margin=margin) == \
+            _heap_draft_lengths(values, rooms, knee, floor, token_margin=margin)
+
+
+def test_add_ones_adds_one_at_a_time():
+    rng = np.random.default_rng(2)
+    start = np.concatenate([rng.random(200) * 600, [1.2, 0.6, 4.0, 0.3 * 4, 256.5, 511.75],
+                            256 + rng.integers(0, 2 ** 44, 50) * 2.0 ** -44])
+    counts = rng.integers(0, 700, len(start)).astype(np.float64)
+    counts[:20] = 0
+    expected = start.copy()
+    for j in range(len(start)):
+        for _ in range(int(counts[j])):
+            expected[j] += 1.0
+    assert np.array_equal(_add_ones(start, counts), expected)
+
+
+def _candidates(rng, vocab=6, k=6):
+    return {name: rng.integers(0, vocab, int(rng.integers(0, k + 1))) for name in NAMES}
+
+
+def test_acceptance_over_a_step_counts_and_halves_as_request_by_request():
+    """Many steps of many requests, so that cells are halved many times (within a step too)."""
+    rng = np.random.default_rng(3)
+    one, grid = TokenAcceptance(NAMES), TokenAcceptance(NAMES)
+    rows, k = np.arange(len(NAMES)), 6
+    halvings = 0
+    for _ in range(400):
+        batch = int(rng.integers(1, 64))
+        found = [_candidates(rng, k=k) for _ in range(batch)]
+        previous = rng.integers(0, 3, batch)
+        committed = [rng.integers(0, 6, int(rng.integers(1, k + 2))).tolist()
+                     for _ in range(batch)]
+        before = one.trials.copy()
+        for candidates, prev, known in zip(found, previous, committed, strict=True):
+            one.observe(candidates, one.cells(candidates, int(prev)), known)
+        halvings += int((one.trials < before).sum())
+        cells = np.full((batch, len(NAMES), k), -1, dtype=np.int64)
+        for r, candidates in enumerate(found):
+            for s, name in enumerate(NAMES):
+                cells[r, s, :len(candidates[name])] = candidates[name]
+        known = np.full((batch, k), -2, dtype=np.int64)
+        for r, c in enumerate(committed):
+            known[r, :min(k, len(c))] = c[:k]
+        grid.observe_grid(rows, cells, grid.grid_votes(cells), previous, known,
+                          np.array([len(c) for c in committed]))
+        assert np.array_equal(one.trials, grid.trials)
+        assert np.array_equal(one.accepted, grid.accepted)
+    assert halvings > 40 and grid.trials.max() <= HALVE_AT
+
+
+def test_grid_values_and_best_candidates_match_the_per_request_ones():
+    rng = np.random.default_rng(4)
+    table = TokenAcceptance(NAMES)
+    table.accepted *= rng.random(table.accepted.shape) * 3  # varied rates, some above 1/2
+    for _ in range(60):
+        batch, k = int(rng.integers(1, 20)), 6
+        found = [_candidates(rng, k=k) for _ in range(batch)]
+        previous = rng.integers(0, 3, batch)
+        cells = np.full((batch, len(NAMES), k), -1, dtype=np.int64)
+        for r, candidates in enumerate(found):
+            for s, name in enumerate(NAMES):
+                cells[r, s, :len(candidates[name])] = candidates[name]
+        votes = table.grid_votes(cells)
+        assert votes.max() <= MAX_VOTES
+        values = table.grid_values(np.arange(len(NAMES)), votes, previous)
+        lengths = (cells >= 0).sum(axis=-1)
+        knee, margin = float(rng.choice([8, 64, 2048])), 0.3
+        best = best_candidates(values, lengths, knee, 0.0, margin)
+        for r, candidates in enumerate(found):
+            expected = table.values(table.cells(candidates, int(previous[r])))
+            for s, name in enumerate(NAMES):
+                if name in expected:
+                    assert np.array_equal(values[r, s, :lengths[r, s]], expected[name])
+            name = best_candidate(expected, knee, 0.0, margin)
+            assert (NAMES[best[r]] if best[r] >= 0 else None) == name
+
+
+def test_ngram_index_finds_what_the_scan_finds():
+    rng = np.random.default_rng(5)
+    for _ in range(400):
+        vocab, ngram_min = int(rng.integers(2, 10)), int(rng.integers(1, 4))
+        ngram_max = ngram_min + int(rng.integers(0, 4))
+        context = rng.integers(0, vocab, int(rng.integers(1, 400)))
+        index, end = NgramIndex(ngram_min, ngram_max), int(rng.integers(1, 5))
+        while end <= len(context):  # committed a few tokens at a time, as a request does
+            seen = context[:end]
+            index.extend(seen)
+            usual, latest = ngram_continuations(seen, ngram_min, ngram_max, 5)
+            found = index.starts(seen)
+            if found is None:
+                assert not len(usual) and not len(latest)
+            else:
+                assert seen[found[0]:found[0] + 5].tolist() == usual.tolist()
+                assert seen[found[1]:found[1] + 5].tolist() == latest.tolist()
+            end += int(rng.integers(1, 6))
+    index = NgramIndex(2, 4)
+    index.extend(np.array([1, 2, 3, 1, 2]))
+    index.extend(np.array([5, 6, 7, 5, 6, 7]))  # not a continuation: indexed afresh
+    assert index.starts(np.array([5, 6, 7, 5, 6, 7])) == (3, 3)
