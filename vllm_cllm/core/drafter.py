@@ -78,8 +78,10 @@ class Drafter:
         drafts = [EMPTY] * len(step)
         rows = step.drafting()
         states = {i: self.table.open(step.req_ids[i], step.committed[i]) for i in rows}
-        for index, policy in enumerate(self.policies):
-            mine = [i for i in rows if self.route(step, i) == index]
+        routed: list[list[int]] = [[] for _ in self.policies]
+        for i in rows:
+            routed[self.route(step, i)].append(i)
+        for policy, mine in zip(self.policies, routed, strict=True):
             if mine:
                 chosen = policy.draft(step, mine, [states[i] for i in mine], self.sources)
                 for i, draft in zip(mine, chosen, strict=True):
