@@ -83,3 +83,32 @@ class VerifyStep:
                 (t for i, n in zip(rows, kept.tolist(), strict=True)
                  for t in self.committed[i][:n]), dtype=np.int64, count=int(kept.sum()))
         return grid, counts
+
+    def tails(self, rows: list[int], lengths: list[int]) -> list[np.ndarray]:
+        """:meth:`tail` of each request in ``rows``, cut to its ``lengths`` entry: where each
+        begins and ends is worked out for all of them at once (the same rule as
+        :meth:`VerifyPredictions.next_block`)."""
+        p = self.predictions
+        if p is None:
+            return [EMPTY] * len(rows)
+        at = np.asarray(rows, dtype=np.int64)
+        sampled = np.fromiter((len(self.committed[i]) for i in rows), dtype=np.int64,
+                              count=len(rows))
+        begin, size = p.offsets[at], p.offsets[at + 1] - p.offsets[at]
+        mask = np.zeros(len(rows), dtype=np.int64) if p.num_mask is None else p.num_mask[at]
+        real = size - 1 - np.minimum(np.maximum(mask, 0), size - 1)  # as shifted_block
+        rejected = sampled - 1 < real
+        start = begin + np.where(rejected, sampled, real + 1)
+        stop = begin + np.where(rejected, real + 1, size)
+        end = begin + size
+        start = np.minimum(start, end)
+        stop = np.minimum(np.minimum(stop, end), start + np.asarray(lengths, dtype=np.int64))
+        stop = np.maximum(stop, start)
+        flat = p.flat
+        out = [flat[a:b] for a, b in zip(start.tolist(), stop.tolist(), strict=True)]
+        if p.accepted is not None:  # the device's blocks where vLLM accepted the greedy prefix
+            on_device = np.flatnonzero(p.accepted[at] == sampled - 1)
+            for j in on_device.tolist():
+                i = rows[j]
+                out[j] = p.next_draft[i, :int(p.next_len[i])][:lengths[j]]
+        return out

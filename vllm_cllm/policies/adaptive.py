@@ -72,12 +72,12 @@ def best_candidates(values: np.ndarray, lengths: np.ndarray, knee_tokens: float,
 
 @dataclass
 class Outcome:
-    """A request's record (state part ``adaptive``): its candidates of the last step (one row
-    of the step's grid, -1 past each candidate, with their vote and outcome cells), valued
-    once vLLM has committed, and how its last draft fared."""
+    """A request's record (state part ``adaptive``): its candidates of the last step (row
+    ``row`` of that step's grid and votes, ``batch``, -1 past each candidate), valued once
+    vLLM has committed, and how its last draft fared."""
 
-    grid: np.ndarray | None = None  # [S, K]
-    votes: np.ndarray | None = None  # [S, K]
+    batch: tuple[np.ndarray, np.ndarray] | None = None  # ([R, S, K] grid, votes)
+    row: int = 0
     cell_previous: int = UNDRAFTED  # the outcome cell the candidates were valued in
     previous: int = UNDRAFTED
 
@@ -120,7 +120,7 @@ class Adaptive:
             else:
                 outcome.previous = (HIT if len(step.committed[i]) > 1 else MISSED) \
                     if state.last_drafted else UNDRAFTED
-                if outcome.grid is not None:
+                if outcome.batch is not None:
                     seen.append((i, outcome))
             outcomes.append(outcome)
         if seen:
@@ -130,17 +130,23 @@ class Adaptive:
     def _count(self, step: VerifyStep, seen: list[tuple[int, Outcome]]) -> None:
         """Count the candidates of ``seen`` (request, its record) against what vLLM
         committed, in order, and forget them."""
-        width = max(outcome.grid.shape[1] for _, outcome in seen)
-        grid = np.full((len(seen), len(self.names), width), -1, dtype=np.int64)
-        votes = np.zeros(grid.shape, dtype=np.int64)
-        for r, (_, outcome) in enumerate(seen):
-            grid[r, :, :outcome.grid.shape[1]] = outcome.grid
-            votes[r, :, :outcome.grid.shape[1]] = outcome.votes
+        batch = seen[0][1].batch
+        assert batch is not None
+        which = np.array([outcome.row for _, outcome in seen], dtype=np.int64)
+        if all(outcome.batch is batch for _, outcome in seen):  # all drafted last step
+            grid, votes = batch[0][which], batch[1][which]
+        else:
+            width = max(outcome.batch[0].shape[2] for _, outcome in seen)
+            grid = np.full((len(seen), len(self.names), width), -1, dtype=np.int64)
+            votes = np.zeros(grid.shape, dtype=np.int64)
+            for r, (_, outcome) in enumerate(seen):
+                them, w = outcome.batch, outcome.batch[0].shape[2]
+                grid[r, :, :w], votes[r, :, :w] = them[0][outcome.row], them[1][outcome.row]
         previous = np.array([outcome.cell_previous for _, outcome in seen])
-        known, num_known = step.committed_grid([i for i, _ in seen], width)
+        known, num_known = step.committed_grid([i for i, _ in seen], grid.shape[2])
         self.acceptance.observe_grid(self._rows, grid, votes, previous, known, num_known)
         for _, outcome in seen:
-            outcome.grid = outcome.votes = None
+            outcome.batch = None
 
     def draft(self, step: VerifyStep, rows: Sequence[int], states: Sequence[RequestState],
               sources: Mapping[str, DraftSource]) -> list[np.ndarray]:
@@ -162,9 +168,9 @@ class Adaptive:
             sizes[:, s] = pack(candidates[name], grid[:, s])
         votes = self.acceptance.grid_votes(grid)
         previous = np.array([outcome.previous for outcome in outcomes], dtype=np.int64)
+        kept = (grid, votes)
         for r, outcome in enumerate(outcomes):
-            outcome.grid, outcome.votes, outcome.cell_previous = grid[r], votes[r], \
-                outcome.previous
+            outcome.batch, outcome.row, outcome.cell_previous = kept, r, outcome.previous
         # a request without a tail is offered a restart block of its room, valued as the tail
         # it buys (drafted after a miss, agreeing with nothing); drawn only where chosen
         bare = sizes[:, self._tail] == 0

@@ -141,15 +141,34 @@ class NgramIndex:
     def extend(self, context: np.ndarray) -> None:
         """Index the tokens of ``context`` (the request's committed tokens) not seen yet;
         starts afresh if ``context`` is not a continuation of what was indexed."""
-        have, length = len(self.tokens), len(context)
-        if have > length or (have and self.tokens[-1] != int(context[have - 1])):
-            self.tokens, self.ends, have = [], {}, 0
-        if length == have:
-            return
-        self.tokens.extend(context[have:].tolist())
-        n, tokens, ends = self.ngram_min, self.tokens, self.ends
+        tokens, have, length = self.tokens, len(self.tokens), len(context)
+        new: list[int] = []
+        if have:
+            if length > have:
+                new = context[have:].tolist()
+                same = tokens[-1] == context[have - 1]
+            else:
+                same = length == have and tokens[-1] == context[have - 1]
+                if same:
+                    return
+            if not same:
+                have = 0
+        if not have:
+            self.tokens, self.ends = [], {}
+            tokens, new = self.tokens, context.tolist()
+        tokens += new
+        n, ends = self.ngram_min, self.ends
         first = max(have - 1, n - 1)  # n-grams whose next token has just been committed
         if first >= length - 1:
+            return
+        if length - first <= 8:  # a step's few tokens
+            for end in range(first, length - 1):
+                key = tuple(tokens[end - n + 1:end + 1])
+                found = ends.get(key)
+                if found is None:
+                    ends[key] = [end]
+                else:
+                    found.append(end)
             return
         keys = zip(*(tokens[first - n + 1 + o:length - n + o] for o in range(n)), strict=True)
         for end, key in enumerate(keys, first):
@@ -219,9 +238,10 @@ class RequestNgrams:
     def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
                 states: Sequence[RequestState]) -> Candidates:
         usual, latest = [], []
-        fill, part = self.fill, self.part
-        for i, n, state in zip(rows, lengths, states, strict=True):
-            context = step.context(i)
+        fill, part, token_ids = self.fill, self.part, step.token_ids
+        ends = step.num_tokens[np.asarray(rows, dtype=np.int64)].tolist()
+        for i, n, end, state in zip(rows, lengths, ends, states, strict=True):
+            context = token_ids[i, :end]
             index = state.parts.get(part)
             if index is None:
                 index = state.parts[part] = NgramIndex(fill.ngram_min, fill.ngram_max)

@@ -79,10 +79,31 @@ class SuffixTrees:
 
     def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
                 states: Sequence[RequestState]) -> Candidates:
-        return {"suffix": [
-            self.draft(step.req_ids[i], state, bool(step.greedy[i]), step.context(i),
-                       step.prompt_end(i), n) if step.req_ids[i] is not None else _EMPTY
-            for i, n, state in zip(rows, lengths, states, strict=True)]}
+        found: list[np.ndarray] = []
+        req_ids, greedy, token_ids = step.req_ids, step.greedy, step.token_ids
+        ends = step.num_tokens
+        part = self.part
+        for i, n, state in zip(rows, lengths, states, strict=True):
+            req_id = req_ids[i]
+            record: _InTree | None = state.parts.get(part)
+            if req_id is None or record is None or n <= 0:  # the general path
+                found.append(self.draft(req_id, state, bool(greedy[i]), step.context(i),
+                                        step.prompt_end(i), n)
+                             if req_id is not None else _EMPTY)
+                continue
+            # a request in its trees drafting: what :meth:`draft` does, with less around it
+            end, row = int(ends[i]), token_ids[i]
+            record.pending = None
+            if end > record.seen:
+                record.cache.add_active_response(
+                    req_id, np.ascontiguousarray(row[record.seen:end], dtype=np.int32))
+            record.seen = end
+            draft = record.cache.speculate(
+                req_id, np.ascontiguousarray(row[max(0, end - TREE_DEPTH):end], dtype=np.int32),
+                max_spec_tokens=n, max_spec_factor=SPEC_FACTOR, max_spec_offset=SPEC_OFFSET,
+                min_token_prob=MIN_TOKEN_PROB).token_ids
+            found.append(np.array(draft, dtype=np.int64) if draft else _EMPTY)
+        return {"suffix": found}
 
     def follow(self, step: VerifyStep, rows: Sequence[int],
                states: Sequence[RequestState]) -> None:

@@ -35,7 +35,7 @@ class JacobiTail:
 
     def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
                 states: Sequence[RequestState]) -> Candidates:
-        return {"tail": propose_each(step, rows, lengths, lambda i, n: step.tail(i)[:n])}
+        return {"tail": step.tails(list(rows), list(lengths))}
 
 
 class JacobiBlock:
