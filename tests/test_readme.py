@@ -2,8 +2,8 @@
 
 Fenced ``bash`` and ``python`` blocks are run in order, on the tiny model where the demo
 checkpoint adds nothing but time; a block preceded by ``<!-- readme-test: skip (why) -->``
-is not run (a GPU install, the long bench). The set-up/test block is the CI contract:
-``.ci/run`` runs exactly its commands. A ``vllm serve`` block is started as a server and
+is not run (a GPU install, the long bench). The first block is the demo and the CI contract:
+``.ci/run`` runs exactly its second command. A ``vllm serve`` block is started as a server and
 the block after it (the OpenAI client) is run against it.
 """
 
@@ -49,12 +49,13 @@ def _run(lang: str, code: str, env: dict[str, str]) -> subprocess.CompletedProce
     return done
 
 
-def test_the_readme_opens_with_the_ci_commands():
+def test_the_readme_opens_with_the_demo_and_the_ci_commands():
+    """Two commands: the demo, then the tests, which are what ``.ci/run`` runs."""
     lang, code, skip = readme_blocks()[0]
     commands = [line.split("#")[0].strip() for line in code.splitlines() if line.strip()]
     ci = [line.strip() for line in (ROOT / ".ci/run").read_text().splitlines()
           if line.strip() and not line.startswith(("#", "set ", "cd "))]
-    assert (lang, skip) == ("bash", None) and commands == ci
+    assert (lang, skip) == ("bash", None) and commands == ["make demo", *ci]
 
 
 def test_only_named_blocks_are_skipped():
