@@ -2,7 +2,8 @@
 plugin's ``jacobi`` side by side, at several concurrencies, every text compared.
 
 One ``vllm serve`` per configuration (the documented command; ``--speculative-config`` for
-the speculative ones), driven by ``vllm bench serve`` at each concurrency over real prompts:
+the speculative ones), all up at once and driven in turn by ``vllm bench serve`` at each
+concurrency over real prompts:
 ShareGPT first turns and grade-school math problems (gsm_symbolic, a seed no recipe trains
 on), chat-formatted, greedy, up to ``--output-len`` tokens each (answers end where the model
 ends them). Each concurrency gets prompts of its own, and a warm-up set comes first: ``suffix``
@@ -23,6 +24,7 @@ import argparse
 import json
 import subprocess
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -83,24 +85,37 @@ def acceptance_length(before: dict[str, float], after: dict[str, float]) -> floa
     return 1 + delta("vllm:spec_decode_num_accepted_tokens") / drafts if drafts else None
 
 
-def run_config(name: str, spec: dict[str, Any] | None, model: str, sets: dict[str, list[str]],
-               concurrencies: list[int], output_len: int, out: Path) -> list[dict[str, Any]]:
-    """One server: the warm-up set, then each concurrency's own set."""
-    extra = ["--speculative-config", json.dumps(spec)] if spec else []
+def run_configs(specs: dict[str, dict[str, Any] | None], model: str,
+                sets: dict[str, list[str]], concurrencies: list[int], output_len: int,
+                out: Path) -> list[dict[str, Any]]:
+    """One server per configuration, all up at once; each warmed up on the warm-up set, then
+    each concurrency's set run on every server in turn (the order rotating), so that the
+    configurations are measured side by side on a machine whose load drifts."""
     rows = []
-    with running_server(model, *extra, log_path=str(out / f"{name}.server.log")) as base:
-        bench_serve(base, model, sets["warmup"], 4, output_len, out / f"{name}.warmup.json")
-        for concurrency in concurrencies:
-            before = read_metrics(base)
-            run = bench_serve(base, model, sets[f"c{concurrency}"], concurrency, output_len,
-                              out / f"{name}.c{concurrency}.json")
-            rows.append({"config": name, "speculative_config": spec,
-                         "concurrency": concurrency, "requests": run["completed"],
-                         "failed": run["failed"], "output_tok_s": run["output_throughput"],
-                         "tpot_p50_ms": run["p50_tpot_ms"], "ttft_p50_ms": run["p50_ttft_ms"],
-                         "acceptance_length": acceptance_length(before, read_metrics(base)),
-                         "texts": run["generated_texts"]})
-            print(f"{name} c{concurrency}: {run['output_throughput']:.1f} tok/s", flush=True)
+    with ExitStack() as stack:
+        bases = {}
+        for name, spec in specs.items():
+            extra = ["--speculative-config", json.dumps(spec)] if spec else []
+            bases[name] = stack.enter_context(running_server(
+                model, *extra, log_path=str(out / f"{name}.server.log")))
+            bench_serve(bases[name], model, sets["warmup"], 4, output_len,
+                        out / f"{name}.warmup.json")
+        names = list(specs)
+        for turn, concurrency in enumerate(concurrencies):
+            for name in names[turn % len(names):] + names[:turn % len(names)]:
+                base = bases[name]
+                before = read_metrics(base)
+                run = bench_serve(base, model, sets[f"c{concurrency}"], concurrency,
+                                  output_len, out / f"{name}.c{concurrency}.json")
+                rows.append({"config": name, "speculative_config": specs[name],
+                             "concurrency": concurrency, "requests": run["completed"],
+                             "failed": run["failed"], "output_tok_s": run["output_throughput"],
+                             "tpot_p50_ms": run["p50_tpot_ms"],
+                             "ttft_p50_ms": run["p50_ttft_ms"],
+                             "acceptance_length": acceptance_length(before, read_metrics(base)),
+                             "texts": run["generated_texts"]})
+                print(f"{name} c{concurrency}: {run['output_throughput']:.1f} tok/s",
+                      flush=True)
     return rows
 
 
@@ -188,13 +203,13 @@ def main() -> None:
     saved = out / "results.json"
     rows = [r for r in (json.loads(saved.read_text())["rows"] if saved.exists() else [])
             if r["config"] not in args.configs]
-    for name in args.configs:
-        rows += run_config(name, specs[name], model, sets, args.concurrency, args.output_len,
-                           out)
-        compare(rows)
-        header = (f"{args.model}, `vllm bench serve`, {time.strftime('%Y-%m-%d')}: "
-                  f"{sizes} prompts (ShareGPT + gsm), up to {args.output_len} tokens, greedy")
-        saved.write_text(json.dumps({"header": header, "rows": rows}, indent=1))
+    rows += run_configs({name: specs[name] for name in args.configs}, model, sets,
+                        args.concurrency, args.output_len, out)
+    compare(rows)
+    header = (f"{args.model}, `vllm bench serve`, {time.strftime('%Y-%m-%d')}: "
+              f"{sizes} prompts (ShareGPT + gsm), up to {args.output_len} tokens, greedy; "
+              "the servers up at once, measured in turn")
+    saved.write_text(json.dumps({"header": header, "rows": rows}, indent=1))
     table = report(rows, header)
     (out / "table.md").write_text(table)
     plot(rows, out / "serve_compare.png")
