@@ -152,3 +152,41 @@ def test_ngram_index_finds_what_the_scan_finds():
     index.extend(np.array([1, 2, 3, 1, 2]))
     index.extend(np.array([5, 6, 7, 5, 6, 7]))  # not a continuation: indexed afresh
     assert index.starts(np.array([5, 6, 7, 5, 6, 7])) == (3, 3)
+
+
+def _same_drafts_run():
+    """``run`` of experiments/proposer_step_cost/same_drafts.py (synthetic verify steps)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "experiments" / "proposer_step_cost" / "same_drafts.py"
+    spec = importlib.util.spec_from_file_location("same_drafts", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.run
+
+
+def test_small_steps_draft_as_the_grid_does(monkeypatch):
+    """The plain-Python path for a few requests (Adaptive._draft_small, _count_small), and
+    steps that switch between it and the grid, draft exactly what the grid alone does."""
+    from vllm_cllm.policies import adaptive
+    from vllm_cllm.proposers.jacobi import JacobiProposer
+
+    run = _same_drafts_run()
+    spec = {"method": "jacobi", "num_speculative_tokens": 15, "knee_tokens": 2048,
+            "floor_tokens": 0}
+    monkeypatch.setattr(adaptive, "SMALL_STEP", 0)
+    grid, _ = run(spec, 6, 150, seed=7)
+    monkeypatch.setattr(adaptive, "SMALL_STEP", 100)
+    small, _ = run(spec, 6, 150, seed=7)
+    assert small == grid
+    rng = np.random.default_rng(8)
+    propose = JacobiProposer.propose
+
+    def switching(self, *args, **kwargs):  # each step on one path or the other, at random
+        adaptive.SMALL_STEP = int(rng.choice([0, 100]))
+        return propose(self, *args, **kwargs)
+
+    monkeypatch.setattr(JacobiProposer, "propose", switching)
+    mixed, _ = run(spec, 6, 150, seed=7)
+    assert mixed == grid

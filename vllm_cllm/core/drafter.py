@@ -77,16 +77,20 @@ class Drafter:
         """Every request's draft for the next step."""
         drafts = [EMPTY] * len(step)
         rows = step.drafting()
-        states = {i: self.table.open(step.req_ids[i], step.committed[i]) for i in rows}
-        routed: list[list[int]] = [[] for _ in self.policies]
-        for i in rows:
-            routed[self.route(step, i)].append(i)
-        for policy, mine in zip(self.policies, routed, strict=True):
+        open_state, req_ids, committed = self.table.open, step.req_ids, step.committed
+        states = [open_state(req_ids[i], committed[i]) for i in rows]
+        routed: list[tuple[list[int], list[RequestState]]] = [([], []) for _ in self.policies]
+        route = self.route
+        for i, state in zip(rows, states, strict=True):
+            mine, theirs = routed[route(step, i)]
+            mine.append(i)
+            theirs.append(state)
+        for policy, (mine, theirs) in zip(self.policies, routed, strict=True):
             if mine:
-                chosen = policy.draft(step, mine, [states[i] for i in mine], self.sources)
+                chosen = policy.draft(step, mine, theirs, self.sources)
                 for i, draft in zip(mine, chosen, strict=True):
                     drafts[i] = draft
-        for i, state in states.items():
+        for i, state in zip(rows, states, strict=True):
             state.last_drafted = len(drafts[i])
         return drafts
 

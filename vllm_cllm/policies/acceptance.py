@@ -18,6 +18,9 @@ so holds the same estimates.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import accumulate
+
 import numpy as np
 
 #: Draft positions with a cell of their own; later positions share the last cell.
@@ -145,26 +148,74 @@ class TokenAcceptance:
         offset = np.arange(num_rows)[:, None, None] * size + cell
         tried = np.bincount(offset[k < seen[:, :, None]], minlength=num_rows * size)
         won = np.bincount(offset[k < hits[:, :, None]], minlength=num_rows * size)
-        tried = tried.reshape(num_rows, size).astype(np.float64)
-        won = won.reshape(num_rows, size).astype(np.float64)
+        tried = tried.reshape(num_rows, size)
+        won = won.reshape(num_rows, size)
         trials, accepted = self.trials.reshape(-1), self.accepted.reshape(-1)
-        start = 0
-        while start < num_rows:
-            # the trial counts after each remaining request, until the first that crowds a cell
-            after = _add_ones(np.broadcast_to(trials, tried[start:].shape),
-                              np.cumsum(tried[start:], axis=0))
-            crowded_after = (after > HALVE_AT).any(axis=1)
-            if not crowded_after.any():
-                trials[:] = after[-1]
-                accepted[:] = _add_ones(accepted, won[start:].sum(axis=0))
-                break
-            last = start + int(crowded_after.argmax())
-            trials[:] = after[last - start]
-            accepted[:] = _add_ones(accepted, won[start:last + 1].sum(axis=0))
-            crowded = trials > HALVE_AT
-            trials[crowded] /= 2
-            accepted[crowded] /= 2
-            start = last + 1
+        # Cells are independent (a cell is halved when its own trials pass HALVE_AT), so the
+        # cells that stay below it all step long take the step's counts at once, and only the
+        # few crowded ones are followed request by request (add_cell_counts).
+        after = _add_ones(trials, tried.sum(axis=0).astype(np.float64))
+        crowded = after > HALVE_AT
+        calm = ~crowded
+        won_after = _add_ones(accepted, won.sum(axis=0).astype(np.float64))
+        trials[calm] = after[calm]
+        accepted[calm] = won_after[calm]
+        cells = np.flatnonzero(crowded)
+        if len(cells):
+            for c, mine, wins in zip(cells.tolist(), tried[:, cells].T.tolist(),
+                                     won[:, cells].T.tolist(), strict=True):
+                trials[c], accepted[c] = add_cell_counts(float(trials[c]), float(accepted[c]),
+                                                         mine, wins)
+
+
+def add_ones_scalar(value: float, count: int) -> float:
+    """:func:`_add_ones` of one value: ``value`` with 1.0 added ``count`` times in turn."""
+    direct = value + count
+    if direct - count == value:  # no rounding on the way, as _add_ones decides
+        return direct
+    for _ in range(count):
+        value += 1.0
+    return value
+
+
+def add_cell_counts(trials: float, accepted: float, tried: list[int], won: list[int]
+                    ) -> tuple[float, float]:
+    """One cell's counts after requests that added ``tried[r]`` trials and ``won[r]``
+    acceptances each, in order, the cell halved after each request that takes its trials
+    past :data:`HALVE_AT` (as :meth:`TokenAcceptance.observe` does request by request).
+    Between two halvings the requests' counts add up at once: the request that crosses is
+    found by bisection on the running sums (where the sum is exact, see add_ones_scalar)."""
+    tried_sum, won_sum = list(accumulate(tried)), list(accumulate(won))
+    start, base, base_won, end = 0, 0, 0, len(tried)
+    while start < end:
+        left = tried_sum[-1] - base
+        total = trials + left
+        if total - left != trials:  # rounding on the way: one request at a time
+            return _cell_counts_by_request(trials, accepted, tried[start:], won[start:])
+        if total <= HALVE_AT:  # no further halving (adding ones never lowers the value)
+            return (add_ones_scalar(trials, left),
+                    add_ones_scalar(accepted, won_sum[-1] - base_won))
+        t0, b0 = trials, base
+        r = bisect_left(range(end), True, lo=start,
+                        key=lambda j: t0 + (tried_sum[j] - b0) > HALVE_AT)
+        crossed = trials + (tried_sum[r] - base)  # exact: no larger than total
+        trials = crossed / 2
+        accepted = add_ones_scalar(accepted, won_sum[r] - base_won) / 2
+        base, base_won, start = tried_sum[r], won_sum[r], r + 1
+    return trials, accepted
+
+
+def _cell_counts_by_request(trials: float, accepted: float, tried: list[int],
+                            won: list[int]) -> tuple[float, float]:
+    """:func:`add_cell_counts` one request at a time."""
+    for n, w in zip(tried, won, strict=True):
+        if n:
+            trials = add_ones_scalar(trials, n)
+            accepted = add_ones_scalar(accepted, w)
+            if trials > HALVE_AT:
+                trials /= 2
+                accepted /= 2
+    return trials, accepted
 
 
 def _add_ones(values: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -23,8 +23,17 @@ from vllm_cllm.core.drafter import DraftSource
 from vllm_cllm.core.requests import RequestState
 from vllm_cllm.core.step import VerifyStep
 from vllm_cllm.core.tokens import EMPTY
-from vllm_cllm.policies.acceptance import HIT, MISSED, UNDRAFTED, TokenAcceptance
+from vllm_cllm.policies.acceptance import (
+    HALVE_AT,
+    HIT,
+    MAX_VOTES,
+    MISSED,
+    UNDRAFTED,
+    TokenAcceptance,
+    add_ones_scalar,
+)
 from vllm_cllm.policies.cost_model import (
+    DRAFT_MARGIN,
     SPEC_STEP_OVERHEAD_PER_REQUEST,
     CostModel,
     draft_lengths_grid,
@@ -32,6 +41,11 @@ from vllm_cllm.policies.cost_model import (
     step_cost,
 )
 from vllm_cllm.policies.fixed_order import gather
+
+#: Steps of at most this many adaptive requests are valued in plain Python
+#: (:meth:`Adaptive._draft_small`): below it the grid's fixed cost of some forty numpy calls
+#: outweighs what the grid saves per request.
+SMALL_STEP = 4
 
 
 def best_candidate(values: dict[str, np.ndarray], knee_tokens: float, floor_tokens: float,
@@ -78,6 +92,8 @@ class Outcome:
 
     batch: tuple[np.ndarray, np.ndarray] | None = None  # ([R, S, K] grid, votes)
     row: int = 0
+    #: instead of ``batch`` after a small step: per candidate its tokens and their votes
+    small: tuple[list[list[int]], list[list[int]]] | None = None
     cell_previous: int = UNDRAFTED  # the outcome cell the candidates were valued in
     previous: int = UNDRAFTED
 
@@ -108,6 +124,7 @@ class Adaptive:
         self.acceptance = TokenAcceptance(self.names)
         self._rows = np.array([self.acceptance.sources.index(n) for n in self.names])
         self._tail = self.names.index(self.tail)
+        self._row_list: list[int] = self._rows.tolist()
 
     def observe(self, step: VerifyStep, rows: Sequence[int],
                 states: Sequence[RequestState]) -> list[Outcome]:
@@ -120,7 +137,7 @@ class Adaptive:
             else:
                 outcome.previous = (HIT if len(step.committed[i]) > 1 else MISSED) \
                     if state.last_drafted else UNDRAFTED
-                if outcome.batch is not None:
+                if outcome.batch is not None or outcome.small is not None:
                     seen.append((i, outcome))
             outcomes.append(outcome)
         if seen:
@@ -130,23 +147,65 @@ class Adaptive:
     def _count(self, step: VerifyStep, seen: list[tuple[int, Outcome]]) -> None:
         """Count the candidates of ``seen`` (request, its record) against what vLLM
         committed, in order, and forget them."""
+        if all(outcome.small is not None for _, outcome in seen):
+            self._count_small(step, seen)
+            return
         batch = seen[0][1].batch
-        assert batch is not None
         which = np.array([outcome.row for _, outcome in seen], dtype=np.int64)
-        if all(outcome.batch is batch for _, outcome in seen):  # all drafted last step
-            grid, votes = batch[0][which], batch[1][which]
+        if batch is not None and all(outcome.batch is batch for _, outcome in seen):
+            grid, votes = batch[0][which], batch[1][which]  # all drafted last step
         else:
-            width = max(outcome.batch[0].shape[2] for _, outcome in seen)
+            width = max(_record_width(outcome) for _, outcome in seen)
             grid = np.full((len(seen), len(self.names), width), -1, dtype=np.int64)
             votes = np.zeros(grid.shape, dtype=np.int64)
             for r, (_, outcome) in enumerate(seen):
-                them, w = outcome.batch, outcome.batch[0].shape[2]
-                grid[r, :, :w], votes[r, :, :w] = them[0][outcome.row], them[1][outcome.row]
+                if outcome.batch is not None:
+                    them, w = outcome.batch, outcome.batch[0].shape[2]
+                    grid[r, :, :w] = them[0][outcome.row]
+                    votes[r, :, :w] = them[1][outcome.row]
+                else:
+                    assert outcome.small is not None
+                    for s, (tokens, marks) in enumerate(zip(*outcome.small, strict=True)):
+                        grid[r, s, :len(tokens)], votes[r, s, :len(marks)] = tokens, marks
         previous = np.array([outcome.cell_previous for _, outcome in seen])
         known, num_known = step.committed_grid([i for i, _ in seen], grid.shape[2])
         self.acceptance.observe_grid(self._rows, grid, votes, previous, known, num_known)
         for _, outcome in seen:
-            outcome.batch = None
+            outcome.batch = outcome.small = None
+
+    def _count_small(self, step: VerifyStep, seen: list[tuple[int, Outcome]]) -> None:
+        """:meth:`_count` request by request in Python (a few requests: cheaper than the
+        grid's numpy calls): the same cells, each +1 in turn (add_ones_scalar), and the
+        cells a request crowded halved after it (only cells it touched can be crowded)."""
+        table = self.acceptance
+        trials, accepted = table.trials.reshape(-1), table.accepted.reshape(-1)
+        _, positions, num_votes, num_previous = table.trials.shape
+        for i, outcome in seen:
+            assert outcome.small is not None
+            known, previous = step.committed[i], outcome.cell_previous
+            counts: dict[int, list[int]] = {}
+            for row, tokens, marks in zip(self._row_list, *outcome.small, strict=True):
+                n = min(len(tokens), len(known))
+                tried, hits = n, n
+                for p in range(n):
+                    if tokens[p] != known[p]:
+                        tried, hits = p + 1, p
+                        break
+                for p in range(tried):
+                    cell = ((row * positions + min(p, positions - 1)) * num_votes
+                            + marks[p]) * num_previous + previous
+                    count = counts.get(cell)
+                    if count is None:
+                        count = counts[cell] = [0, 0]
+                    count[0] += 1
+                    count[1] += p < hits
+            for cell, (tried, won) in counts.items():
+                t = add_ones_scalar(float(trials[cell]), tried)
+                a = add_ones_scalar(float(accepted[cell]), won)
+                if t > HALVE_AT:
+                    t, a = t / 2, a / 2
+                trials[cell], accepted[cell] = t, a
+            outcome.small = None
 
     def draft(self, step: VerifyStep, rows: Sequence[int], states: Sequence[RequestState],
               sources: Mapping[str, DraftSource]) -> list[np.ndarray]:
@@ -158,6 +217,8 @@ class Adaptive:
                 if follow is not None:
                     follow(step, rows, states)
             return [EMPTY] * len(rows)
+        if len(rows) <= SMALL_STEP:
+            return self._draft_small(step, rows, states, outcomes, sources)
         rooms = step.rooms[np.asarray(rows, dtype=np.int64)]
         lengths = rooms.tolist()
         candidates = gather(sources, self.names, step, rows, lengths, states)
@@ -171,6 +232,7 @@ class Adaptive:
         kept = (grid, votes)
         for r, outcome in enumerate(outcomes):
             outcome.batch, outcome.row, outcome.cell_previous = kept, r, outcome.previous
+            outcome.small = None
         # a request without a tail is offered a restart block of its room, valued as the tail
         # it buys (drafted after a miss, agreeing with nothing); drawn only where chosen
         bare = sizes[:, self._tail] == 0
@@ -204,6 +266,111 @@ class Adaptive:
             if n and not (bare[j] and best[j] == self._tail):
                 drafts[j] = candidates[self.names[best[j]]][j][:n]
         return drafts
+
+    def _draft_small(self, step: VerifyStep, rows: Sequence[int],
+                     states: Sequence[RequestState], outcomes: list[Outcome],
+                     sources: Mapping[str, DraftSource]) -> list[np.ndarray]:
+        """:meth:`draft` for a step of a few requests, in plain Python: the same votes,
+        values (sequential products and sums, as numpy's cumprod and cumsum), choices and
+        sizing (:func:`draft_lengths_grid`'s merge as a sort of the same keys), to the bit."""
+        knee, floor = self.cost.knee_tokens, self.cost.floor_tokens
+        table = self.acceptance
+        lengths = [int(step.rooms[i]) for i in rows]
+        candidates = gather(sources, self.names, step, rows, lengths, states)
+        names, tail = self.names, self._tail
+        _, positions, num_votes, num_previous = table.trials.shape
+        last = positions - 1
+        rates = (table.accepted / table.trials).reshape(-1).tolist()
+        width = max(lengths)
+        costs = [max(floor, knee + (1 + SPEC_STEP_OVERHEAD_PER_REQUEST + d))
+                 for d in range(1, width + 1)]
+        plain = 1.0 / step_cost(1, knee, floor)
+        margin = 1 + self.token_margin
+        chosen: list[tuple[int, int, list[float]]] = []  # (j, slot, values up to its cap)
+        for j, outcome in enumerate(outcomes):
+            tokens = [candidates[name][j].tolist() for name in names]
+            marks = []
+            for mine in tokens:
+                marks.append([min(sum(1 for other in tokens
+                                      if len(other) > p and other[p] == t) - 1, MAX_VOTES)
+                              for p, t in enumerate(mine)])
+            previous = outcome.previous
+            outcome.small, outcome.cell_previous = (tokens, marks), previous
+            outcome.batch = None
+            best, best_rate, best_values = -1, plain, None
+            for s, row in enumerate(self._row_list):
+                mine, cell_previous = marks[s], previous
+                if s == tail and not tokens[s]:  # a restart block, valued as the tail
+                    mine = [0] * (lengths[j] if step.num_tokens[rows[j]] > 0 else 0)
+                    cell_previous = MISSED
+                if not mine:
+                    continue
+                values, value, total, rate = [], 1.0, 0.0, -np.inf
+                for p, vote in enumerate(mine):
+                    value *= rates[((row * positions + min(p, last)) * num_votes + vote)
+                                   * num_previous + cell_previous]
+                    values.append(value)
+                    total += value
+                    rate = max(rate, (1 + total / margin) / costs[p])
+                if rate > best_rate:
+                    best, best_rate, best_values = s, rate, values
+            if best >= 0:
+                assert best_values is not None
+                chosen.append((j, best, best_values))
+        sized = _sized_small(step, rows, lengths, chosen, knee, floor, self.token_margin)
+        drafts = [EMPTY] * len(rows)
+        restarts = [j for j, s, _ in chosen if s == tail and not len(candidates[names[tail]][j])
+                    and sized.get(j)]
+        if restarts:
+            drawn = sources[self.restart].propose(
+                step, [rows[j] for j in restarts], [lengths[j] for j in restarts],
+                [states[j] for j in restarts])[self.restart]
+            for j, block in zip(restarts, drawn, strict=True):
+                drafts[j] = block[:sized[j]]
+        for j, s, _ in chosen:
+            n = sized.get(j, 0)
+            if n and j not in restarts:
+                drafts[j] = candidates[names[s]][j][:n]
+        return drafts
+
+
+def _sized_small(step: VerifyStep, rows: Sequence[int], lengths: list[int],
+                 chosen: list[tuple[int, int, list[float]]], knee: float, floor: float,
+                 token_margin: float) -> dict[int, int]:
+    """:func:`draft_lengths_grid` for the chosen candidates of a few requests (``chosen``:
+    the request's index in ``rows``, its slot, its values), over the whole step's batch:
+    draft tokens per request index (missing: none)."""
+    items = []
+    for j, _, values in chosen:
+        if values[0] > 0:
+            i = rows[j]
+            items.extend((-v, i, p, j) for p, v in enumerate(values[:min(lengths[j],
+                                                                          len(values))]))
+    if not items:
+        return {}
+    items.sort()
+    batch = len(step)
+    trust = 1.0 / (1.0 + token_margin)
+    gain, tokens = float(batch), batch * (1 + SPEC_STEP_OVERHEAD_PER_REQUEST)
+    rate = gain / max(floor, knee + tokens)
+    taken: dict[int, int] = {}
+    for negative, _, _, j in items:
+        more_gain, more_tokens = gain + (-negative) * trust, tokens + 1.0
+        more = more_gain / max(floor, knee + more_tokens)
+        if more <= rate:
+            break
+        gain, tokens, rate = more_gain, more_tokens, more
+        taken[j] = taken.get(j, 0) + 1
+    plain = batch / step_cost(batch, knee, floor)
+    return taken if rate > plain * (1 + DRAFT_MARGIN) else {}
+
+
+def _record_width(outcome: Outcome) -> int:
+    """The widest candidate a request's record holds."""
+    if outcome.batch is not None:
+        return int(outcome.batch[0].shape[2])
+    assert outcome.small is not None
+    return max((len(tokens) for tokens in outcome.small[0]), default=0)
 
 
 def pack(candidates: Sequence[np.ndarray], into: np.ndarray) -> np.ndarray:

@@ -52,6 +52,22 @@ def suffix_tree_missing() -> str | None:
     return None
 
 
+def _native_trees(cache: Any) -> tuple[Any, Any] | None:
+    """arctic-inference's ``SuffixTree.extend_ndarray`` and ``.speculate_ndarray`` where its
+    cache keeps its trees as version 0.3 does (``_local_trees``, ``_global_tree``,
+    ``_req_to_seq_id``, ``_max_cached_requests``), else None (the cache's methods)."""
+    try:
+        from arctic_inference.suffix_decoding._C import SuffixTree
+    except ImportError:
+        return None
+    if not all(hasattr(cache, name) for name in ("_local_trees", "_global_tree",
+                                                  "_req_to_seq_id", "_max_cached_requests")):
+        return None
+    if not all(hasattr(SuffixTree, name) for name in ("extend_ndarray", "speculate_ndarray")):
+        return None
+    return SuffixTree.extend_ndarray, SuffixTree.speculate_ndarray
+
+
 @dataclass
 class _InTree:
     """A request's place in the trees (kept in its state): its cache, how many of its
@@ -76,13 +92,17 @@ class SuffixTrees:
 
         self.shared = SuffixDecodingCache(TREE_DEPTH, max_cached)
         self.private = SuffixDecodingCache(TREE_DEPTH, 0)
+        #: arctic-inference's trees behind its cache's Python methods, where they are where
+        #: version 0.3 keeps them: a drafting request then calls them directly (the same
+        #: calls in the same order, without the per-call checks and result copies)
+        self._native = _native_trees(self.shared)
 
     def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
                 states: Sequence[RequestState]) -> Candidates:
         found: list[np.ndarray] = []
         req_ids, greedy, token_ids = step.req_ids, step.greedy, step.token_ids
         ends = step.num_tokens
-        part = self.part
+        part, native = self.part, self._native
         for i, n, state in zip(rows, lengths, states, strict=True):
             req_id = req_ids[i]
             record: _InTree | None = state.parts.get(part)
@@ -92,16 +112,35 @@ class SuffixTrees:
                              if req_id is not None else _EMPTY)
                 continue
             # a request in its trees drafting: what :meth:`draft` does, with less around it
-            end, row = int(ends[i]), token_ids[i]
+            end, row, cache = int(ends[i]), token_ids[i], record.cache
             record.pending = None
-            if end > record.seen:
-                record.cache.add_active_response(
-                    req_id, np.ascontiguousarray(row[record.seen:end], dtype=np.int32))
-            record.seen = end
-            draft = record.cache.speculate(
-                req_id, np.ascontiguousarray(row[max(0, end - TREE_DEPTH):end], dtype=np.int32),
-                max_spec_tokens=n, max_spec_factor=SPEC_FACTOR, max_spec_offset=SPEC_OFFSET,
-                min_token_prob=MIN_TOKEN_PROB).token_ids
+            context = np.ascontiguousarray(row[max(0, end - TREE_DEPTH):end], dtype=np.int32)
+            if native is None:
+                if end > record.seen:
+                    cache.add_active_response(
+                        req_id, np.ascontiguousarray(row[record.seen:end], dtype=np.int32))
+                record.seen = end
+                draft = cache.speculate(
+                    req_id, context, max_spec_tokens=n, max_spec_factor=SPEC_FACTOR,
+                    max_spec_offset=SPEC_OFFSET, min_token_prob=MIN_TOKEN_PROB).token_ids
+            else:  # SuffixDecodingCache.add_active_response and .speculate, unwrapped
+                extend, speculate = native
+                local = cache._local_trees[req_id]
+                if end > record.seen:
+                    tokens = np.ascontiguousarray(row[record.seen:end], dtype=np.int32)
+                    extend(local, 0, tokens)
+                    seq_id = cache._req_to_seq_id.get(req_id)
+                    if seq_id is not None:
+                        extend(cache._global_tree, seq_id, tokens)
+                record.seen = end
+                best = speculate(local, context, n, SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB,
+                                 False)
+                if cache._max_cached_requests != 0:  # an empty global tree drafts nothing
+                    other = speculate(cache._global_tree, context, n, SPEC_FACTOR, SPEC_OFFSET,
+                                      MIN_TOKEN_PROB, False)
+                    if other.score > best.score:
+                        best = other
+                draft = best.token_ids
             found.append(np.array(draft, dtype=np.int64) if draft else _EMPTY)
         return {"suffix": found}
 
