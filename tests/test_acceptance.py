@@ -136,12 +136,25 @@ def test_proposer_learns_which_candidates_pay_and_frees_their_state():
     assert proposer.tracked_requests() == set()
 
 
-def test_where_drafts_cost_time_nothing_is_drafted_or_built():
-    """Batch 16 under the CPU cost model: every lookup would be right, yet nothing is drafted
-    and no candidate is built (there a closed batch ends no sooner for its drafts); the
-    suffix trees still hold every request's tokens. Four requests, below
-    the compute-bound batch, draft."""
+def test_at_a_compute_bound_batch_the_drafts_follow_the_acceptance():
+    """Batch 16 under the CPU cost model (every draft token costs time there): requests whose
+    lookups are always right come to draft; requests whose text gives the lookups nothing to
+    find draft (almost) nothing. No batch size stops drafting by itself."""
+    busy = [f"r{i}" for i in range(16)]
+    repeating = verify_and_propose(_learned_proposer(k=4, knee=24, floor=28), busy, 30)
+    assert sum(repeating[-10:]) > 16 * 10  # more than a token per request and step
+    noise = np.random.default_rng(0).integers(10, 5000, 200).tolist()
+    scattered = verify_and_propose(_learned_proposer(k=4, knee=24, floor=28), busy, 30,
+                                   text=noise)
+    assert sum(scattered[-10:]) < sum(repeating[-10:]) / 10
+
+
+def test_the_compute_bound_switch_drafts_and_builds_nothing_there():
+    """``stop_when_compute_bound`` (off in ``jacobi``): at batch 16 under the CPU cost model
+    nothing is drafted and no candidate built, while the suffix trees still take every
+    request's tokens; four requests, below the compute-bound batch, draft."""
     proposer = _learned_proposer(k=4, knee=24, floor=28)
+    proposer.drafter.policies[1].stop_when_compute_bound = True
     built = []
     ngrams = proposer.drafter.sources["ngram"]
     propose = ngrams.propose

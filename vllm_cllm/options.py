@@ -45,7 +45,7 @@ ALIASES = {("lookup", "ngram"): "history"}
 #: to hundreds of query tokens, (256, 0).
 COST_MODEL = {"cpu": (24, 28), "gpu": (256, 0)}
 #: Whether ``measure_cost`` is on unless knee or floor is given.
-MEASURE_BY_DEFAULT = False
+MEASURE_BY_DEFAULT = True
 
 
 @dataclass(frozen=True)
