@@ -497,8 +497,11 @@ def render_options_doc() -> str:
            "15` and `--spec-method jacobi --spec-tokens 15` select the method with its "
            "defaults. Unknown options, values out of range and options that the chosen fill "
            "or mode does not use are refused before the engine starts, with a message naming "
-           "the option and the allowed values; other fields of vLLM's `SpeculativeConfig` "
-           "pass through.", ""]
+           "the option and the allowed values. vLLM fields that would make the output differ "
+           "from the model's, or that vLLM ignores for a `custom_class` proposer, are refused "
+           "too where the installed vLLM has them (`REFUSED_FIELDS` in "
+           "`patches/speculative_config.py`); other fields of vLLM's `SpeculativeConfig` pass "
+           "through.", ""]
     for method in METHODS:
         out += [f"## `{method}`", "", render_options_table(method), ""]
         for option in OPTIONS:
