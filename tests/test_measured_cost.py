@@ -51,11 +51,11 @@ def test_bad_measurements_keep_the_values_in_use_with_a_log_line(samples, reason
     assert len(said) == 1 and "keeping knee 256, floor 0" in said[0] and reason in said[0]
 
 
-def test_steps_that_cost_the_same_raise_the_floor_only():
-    """Up to 300 query tokens every step costs the same: drafting is free up to there."""
+def test_steps_that_cost_the_same_keep_the_values_in_use():
+    """Every step costs the same up to 300 query tokens: no slope to fit, nothing changes."""
     cost, said = _measured([(n, 0.01) for n in (10, 40, 80, 300) for _ in range(10)])
-    assert (cost.knee_tokens, cost.floor_tokens) == (256, 300 - 256)
-    assert "cost the same up to 300" in said[0]
+    assert (cost.knee_tokens, cost.floor_tokens) == (256, 0)
+    assert len(said) == 1 and "keeping knee 256, floor 0" in said[0]
 
 
 def test_a_good_fit_replaces_the_defaults_and_is_logged():
@@ -88,8 +88,13 @@ def test_the_proposer_feeds_its_timed_steps_to_the_measurement(monkeypatch):
         proposer.retain_requests({"r"}, {"r"}, scheduled_tokens=7)
         proposer.predictions = predictions(["r"], [[5]])
         proposer.propose([[5]], np.array([10 + n]), tokens)
-    assert list(measurement.samples) == [(7, 0.5)] * 3
+    assert list(measurement.samples) == []  # 7 scheduled tokens, 1 verified: a prefill step
+    for n in range(3):
+        proposer.retain_requests({"r"}, {"r"}, scheduled_tokens=3)
+        proposer.predictions = predictions(["r"], [[5, 6, 7]])  # 2 drafts verified
+        proposer.propose([[5]], np.array([13 + n]), tokens)
+    assert list(measurement.samples) == [(3, 0.5)] * 3
     proposer.retain_requests({"r"}, {"r"})  # a caller without the token count: not timed
     proposer.predictions = predictions(["r"], [[5]])
-    proposer.propose([[5]], np.array([14]), tokens)
+    proposer.propose([[5]], np.array([17]), tokens)
     assert len(measurement.samples) == 3

@@ -10,9 +10,7 @@ a line ``a + b·N`` with ``knee = a / b``, ``floor = F / b``; only the ratios ma
 A fit is used only where the samples span a range of token counts and the fit explains
 them; a fit whose slope is zero or negative, whose parameters are out of range, or whose
 error is large is dropped with a log line, and the model keeps what it had (the platform's
-defaults at first). Samples where the flat part covers every observed token count say only
-that drafting up to there is free: the model keeps its knee and raises its floor to at least
-that count.
+defaults at first).
 """
 
 from __future__ import annotations
@@ -120,13 +118,6 @@ class CostMeasurement:
         seconds = np.array([s for _, s in self.samples])
         found = fit_step_cost(tokens, seconds)
         if isinstance(found, str):
-            floor = max(self.cost.floor_tokens, float(tokens.max()) - self.cost.knee_tokens) \
-                if len(tokens) and self._flat(tokens, seconds) else self.cost.floor_tokens
-            if floor != self.cost.floor_tokens:
-                self.cost.floor_tokens = floor
-                self.log(f"verify steps cost the same up to {tokens.max()} query tokens: "
-                         f"floor raised to {floor:.0f} (knee {self.cost.knee_tokens:.0f})")
-                return None
             if found != self._last_reason:
                 self._last_reason = found
                 self.log(f"no step-cost fit from {len(tokens)} steps ({found}); keeping knee "
@@ -139,14 +130,3 @@ class CostMeasurement:
                  f"{found.seconds_per_token * 1e6:.1f} us per query token "
                  f"(median error {found.error:.0%} over {found.bins} bins)")
         return found
-
-    @staticmethod
-    def _flat(tokens: np.ndarray, seconds: np.ndarray) -> bool:
-        """Whether the steps span a range of token counts and cost the same throughout
-        (within 10 %): drafting up to the largest count is free."""
-        if tokens.max() < MIN_SPAN * tokens.min():
-            return False
-        low = np.median(seconds[tokens <= np.median(tokens)])
-        high = np.median(seconds[tokens > np.median(tokens)]) if (tokens > np.median(
-            tokens)).any() else low
-        return bool(abs(high - low) <= 0.1 * low)

@@ -144,7 +144,10 @@ class SelfDraftingProposer:
         if self._step is not None and predictions is not None and \
                 self.drafter.cost_measurement is not None:
             started, tokens = self._step
-            self.drafter.cost_measurement.add(tokens, time.perf_counter() - started)
+            # only steps of decode and verify tokens: a prefill chunk's tokens cost less each
+            # than a verify step's, and would flatten the fitted slope
+            if tokens == len(predictions.flat):
+                self.drafter.cost_measurement.add(tokens, time.perf_counter() - started)
         self._step = None
         step = VerifyStep.from_vllm(sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
                                     predictions, self.greedy, self.block_len,
@@ -176,7 +179,8 @@ class SelfDraftingProposer:
 
 
 def _info(message: str) -> None:
-    """Log through vLLM's logger (the engine's log), prefixed with the plugin's name."""
+    """Log through vLLM's logger (the engine's log; a logger outside vLLM's name space has no
+    handler there), prefixed with the plugin's name."""
     from vllm.logger import init_logger
 
-    init_logger(__name__).info("vllm-cllm: %s", message)
+    init_logger(f"vllm.{__name__}").info("vllm-cllm: %s", message)
