@@ -40,13 +40,19 @@ def _repeating_pool(host_cost, vocab: int, prompt_len: int = 48, answer_len: int
 CHILD = "VLLM_CLLM_HOST_COST_CHILD"
 
 
+def _in_child(test: str) -> bool:
+    """Run ``test`` of this file in a child interpreter (True: this is the parent, done)."""
+    if os.environ.get(CHILD) == "1":
+        return False
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           f"{__file__}::{test}"], env={**os.environ, CHILD: "1"},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    return True
+
+
 def test_every_proposer_and_batch_gets_a_row_with_drafts_accepted():
-    if os.environ.get(CHILD) != "1":
-        test = f"{__file__}::test_every_proposer_and_batch_gets_a_row_with_drafts_accepted"
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               test], env={**os.environ, CHILD: "1"}, capture_output=True,
-                              text=True, timeout=600)
-        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    if _in_child("test_every_proposer_and_batch_gets_a_row_with_drafts_accepted"):
         return
     host_cost = _host_cost()
     names = list(host_cost.PROPOSERS)
@@ -74,6 +80,8 @@ def test_every_proposer_and_batch_gets_a_row_with_drafts_accepted():
 
 def test_a_draft_is_accepted_up_to_its_first_token_off_the_text():
     """The verify step: the accepted prefix, then the text's next token (vLLM's bonus)."""
+    if _in_child("test_a_draft_is_accepted_up_to_its_first_token_off_the_text"):
+        return
     host_cost = _host_cost()
     tokens = np.arange(100, 140, dtype=np.int32)
     pool = host_cost.RequestPool(lambda: [host_cost.Request(tokens, 10)])
