@@ -94,22 +94,6 @@ def test_suffix_lookup_shares_greedy_outputs_only():
     assert _trees_draft(trees, "d", False, own, 4, 2, states)[:1] == [9]
 
 
-def test_a_followed_request_reaches_the_tree_in_chunks_and_in_full_as_it_leaves():
-    pytest.importorskip("arctic_inference.suffix_decoding")
-    from vllm_cllm.sources.suffix_trees import FOLLOW_EVERY, SuffixTrees
-
-    trees, state = SuffixTrees(max_cached=8), RequestState()
-    text = np.arange(100, 100 + 2 + FOLLOW_EVERY + 5)  # a prompt of 2, then its output
-    for n in range(3, len(text) + 1):  # one committed token a step, nothing drafted
-        trees.follow(step([text[:n].tolist()], [[int(text[n - 1])]], req_ids=["a"]), [0],
-                     [state])
-    record = state.parts["suffix"]
-    assert record.seen < len(text) == record.seen + len(record.pending)  # the rest waits
-    trees.release("a", state)
-    # the output's last tokens, still waiting when it left, are there for a later request
-    assert _trees_draft(trees, "b", True, text[-4:-2], 0, 2, {}) == text[-2:].tolist()
-
-
 def _learned_proposer(k: int = 4, knee: int = 20, floor: int = 0):
     return jacobi(k, adaptive=True, knee_tokens=knee, floor_tokens=floor)
 
@@ -147,28 +131,6 @@ def test_at_a_compute_bound_batch_the_drafts_follow_the_acceptance():
     scattered = verify_and_propose(_learned_proposer(k=4, knee=24, floor=28), busy, 30,
                                    text=noise)
     assert sum(scattered[-10:]) < sum(repeating[-10:]) / 10
-
-
-def test_the_compute_bound_switch_drafts_and_builds_nothing_there():
-    """``stop_when_compute_bound`` (off in ``jacobi``): at batch 16 under the CPU cost model
-    nothing is drafted and no candidate built, while the suffix trees still take every
-    request's tokens; four requests, below the compute-bound batch, draft."""
-    proposer = _learned_proposer(k=4, knee=24, floor=28)
-    proposer.drafter.policies[1].stop_when_compute_bound = True
-    built = []
-    ngrams = proposer.drafter.sources["ngram"]
-    propose = ngrams.propose
-    ngrams.propose = lambda step, rows, *a: built.extend(rows) or propose(step, rows, *a)
-    busy = [f"r{i}" for i in range(16)]
-    assert verify_and_propose(proposer, busy, 6) == [0] * 6 and built == []
-    if "suffix" in proposer.drafter.sources:  # arctic-inference: the trees take every token
-        table = proposer.drafter.table
-        records = {r: state.parts["suffix"] for r, state in table.items()}
-        held = {r: t.seen + len(t.pending if t.pending is not None else ())
-                for r, t in records.items()}
-        assert held == dict.fromkeys(busy, 8 + 6)
-    quiet = [f"q{i}" for i in range(4)]
-    assert verify_and_propose(proposer, quiet, 12)[-1] > 0 and built
 
 
 def test_the_table_follows_a_change_of_workload():

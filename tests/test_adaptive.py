@@ -7,7 +7,6 @@ import itertools
 from vllm_cllm.policies.cost_model import (
     SPEC_STEP_OVERHEAD_PER_REQUEST,
     draft_lengths,
-    drafts_cost_time,
     step_cost,
 )
 
@@ -87,9 +86,3 @@ def test_drafting_on_a_thin_margin_is_dropped():
 def test_step_cost_is_flat_below_the_floor_and_linear_above():
     assert step_cost(1, 24, 28) == step_cost(4, 24, 28) == 28  # extra query tokens come free
     assert step_cost(16, 24, 28) - step_cost(15, 24, 28) == 1  # then each costs one unit
-
-
-def test_drafts_cost_time_only_where_the_batch_is_compute_bound():
-    assert not drafts_cost_time(1, 24, 28) and not drafts_cost_time(4, 24, 28)  # CPU defaults
-    assert drafts_cost_time(8, 24, 28) and drafts_cost_time(16, 24, 28)
-    assert not drafts_cost_time(16, 256, 0) and drafts_cost_time(128, 256, 0)  # a GPU

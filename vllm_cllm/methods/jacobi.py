@@ -50,8 +50,8 @@ def jacobi_drafter(options: ProposerOptions, max_model_len: int) -> Drafter:
     name = lookup.names[0]
     cost = CostModel(options.knee_tokens, options.floor_tokens)
     policies = [FixedOrder(["ngram", name, "pool", "block"], optional=["pool"]),
-                Adaptive([name, "ngram", "tail"], cost, options.token_margin_pct / 100,
-                         stop_when_compute_bound=False), as_is]
+                Adaptive([name, "ngram", "tail"], cost, options.token_margin_pct / 100),
+                as_is]
 
     def route(step: VerifyStep, i: int) -> int:
         if step.req_ids[i] is None:  # a step that was not captured: the block as it is

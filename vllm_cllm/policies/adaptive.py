@@ -7,9 +7,8 @@ the most tokens per step cost is chosen (:func:`best_candidate`), then every cho
 candidate is sized against the rest of the batch by the cost model
 (:func:`vllm_cllm.policies.cost_model.draft_lengths`). A request without a Jacobi tail (its
 last draft was accepted whole, or nothing was drafted) is offered a restart block, valued as
-the tail it buys. Where the batch alone makes the device compute-bound
-(:func:`~vllm_cllm.policies.cost_model.drafts_cost_time`) nothing is drafted and no candidate
-is built: sources that follow the requests' tokens (the suffix trees) still take them.
+the tail it buys. The cost model weighs what drafts would be accepted against what they
+cost at every batch size.
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ from vllm_cllm.policies.cost_model import (
     SPEC_STEP_OVERHEAD_PER_REQUEST,
     CostModel,
     draft_lengths_grid,
-    drafts_cost_time,
     step_cost,
 )
 from vllm_cllm.policies.fixed_order import gather
@@ -103,10 +101,6 @@ class Adaptive:
     ``restart`` block stands in for) by learned acceptance and sizes them by the cost model
     ``max(floor_tokens, knee_tokens + N)`` (``cost``, which a measurement may refine).
 
-    ``stop_when_compute_bound``: draft nothing, and build no candidate, at a batch whose own
-    tokens make the device compute-bound (:func:`drafts_cost_time`), whatever the
-    acceptance; without it the cost model weighs acceptance against cost at every batch.
-
     The whole step is valued at once: the candidates as one padded grid, the acceptance
     table read and updated for every row together (:mod:`vllm_cllm.policies.acceptance`),
     the same choices as valuing each request in turn."""
@@ -114,12 +108,10 @@ class Adaptive:
     part = "adaptive"
 
     def __init__(self, names: Sequence[str], cost: CostModel, token_margin: float,
-                 tail: str = "tail", restart: str = "restart",
-                 stop_when_compute_bound: bool = True) -> None:
+                 tail: str = "tail", restart: str = "restart") -> None:
         self.names = tuple(names)
         self.tail, self.restart = tail, restart
         self.cost, self.token_margin = cost, token_margin
-        self.stop_when_compute_bound = stop_when_compute_bound
         #: how often each kind of candidate token gets accepted
         self.acceptance = TokenAcceptance(self.names)
         self._rows = np.array([self.acceptance.sources.index(n) for n in self.names])
@@ -211,12 +203,6 @@ class Adaptive:
               sources: Mapping[str, DraftSource]) -> list[np.ndarray]:
         outcomes = self.observe(step, rows, states)
         knee, floor = self.cost.knee_tokens, self.cost.floor_tokens
-        if self.stop_when_compute_bound and drafts_cost_time(len(step), knee, floor):
-            for name in self.names:
-                follow = getattr(sources[name], "follow", None)
-                if follow is not None:
-                    follow(step, rows, states)
-            return [EMPTY] * len(rows)
         if len(rows) <= SMALL_STEP:
             return self._draft_small(step, rows, states, outcomes, sources)
         rooms = step.rooms[np.asarray(rows, dtype=np.int64)]

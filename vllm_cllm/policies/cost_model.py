@@ -14,11 +14,8 @@ seen so far — never timings, so every tensor-parallel rank drafts the same thi
   rates of it and the tokens before it, :mod:`vllm_cllm.policies.acceptance`);
 * positions are added best first while each one raises the step's expected tokens per cost,
   and the result is kept only if it beats drafting nothing by a margin (the requests that
-  look best are partly the luckiest);
-* where the batch's own tokens make the device compute-bound (:func:`drafts_cost_time`)
-  nothing is drafted: each draft token costs a good part of a request's step there, and in
-  a closed batch only the slowest request's gain ends it sooner, so vLLM runs the step as
-  plain decoding.
+  look best are partly the luckiest). This holds at every batch size: no batch size stops
+  drafting by itself.
 """
 
 from __future__ import annotations
@@ -49,14 +46,6 @@ class CostModel:
 
     knee_tokens: float
     floor_tokens: float
-
-
-def drafts_cost_time(batch: int, knee_tokens: float, floor_tokens: float) -> bool:
-    """Whether the device is compute-bound at this batch: its own query tokens fill the
-    floor and make up a quarter of the step's cost or more, so every draft token costs a
-    good part of what a request's step does. Adaptive drafting drafts nothing there
-    (:class:`vllm_cllm.policies.adaptive.Adaptive`)."""
-    return knee_tokens + batch > floor_tokens and 3 * batch >= knee_tokens
 
 
 def step_cost(query_tokens: float | np.ndarray, knee_tokens: float, floor_tokens: float = 0.0

@@ -107,14 +107,6 @@ class NgramFill:
         return longest_ngram_continuation(np.asarray(context), self.ngram_min, self.ngram_max,
                                           num_tokens)
 
-    def both(self, context: np.ndarray, num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-        """The usual and the latest continuation (:func:`ngram_continuations`)."""
-        num_tokens = self._room(context, num_tokens)
-        if num_tokens == 0:
-            return context[:0], context[:0]
-        return ngram_continuations(np.asarray(context), self.ngram_min, self.ngram_max,
-                                   num_tokens)
-
 
 class NoFill:
     """Complete nothing: the tail alone (CLLM's shrinking block)."""

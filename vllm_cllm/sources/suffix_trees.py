@@ -34,10 +34,6 @@ from vllm_cllm.core.step import VerifyStep
 SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB = 1.0, 2.0, 0.05
 #: Tokens of context matched against the trees (vLLM's ``suffix_decoding_max_tree_depth``).
 TREE_DEPTH = 24
-#: Where nothing is drafted (:meth:`SuffixTrees.follow`) a request's committed tokens go
-#: into its tree this many at a time, and the rest as it leaves: a call per token would cost
-#: more than the whole proposer does in such a step.
-FOLLOW_EVERY = 16
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -70,12 +66,11 @@ def _native_trees(cache: Any) -> tuple[Any, Any] | None:
 
 @dataclass
 class _InTree:
-    """A request's place in the trees (kept in its state): its cache, how many of its
-    tokens the cache holds, and committed tokens not yet added (:meth:`SuffixTrees.follow`)."""
+    """A request's place in the trees (kept in its state): its cache and how many of its
+    tokens the cache holds."""
 
     cache: Any
     seen: int
-    pending: np.ndarray | None = None
 
 
 class SuffixTrees:
@@ -113,7 +108,6 @@ class SuffixTrees:
                 continue
             # a request in its trees drafting: what :meth:`draft` does, with less around it
             end, row, cache = int(ends[i]), token_ids[i], record.cache
-            record.pending = None
             context = np.ascontiguousarray(row[max(0, end - TREE_DEPTH):end], dtype=np.int32)
             if native is None:
                 if end > record.seen:
@@ -144,22 +138,6 @@ class SuffixTrees:
             found.append(np.array(draft, dtype=np.int64) if draft else _EMPTY)
         return {"suffix": found}
 
-    def follow(self, step: VerifyStep, rows: Sequence[int],
-               states: Sequence[RequestState]) -> None:
-        """Take the requests' committed tokens without drafting (as :meth:`draft` with no
-        room), :data:`FOLLOW_EVERY` at a time: the ones in between wait in the request's
-        record, and :meth:`release` adds them as the request leaves."""
-        for i, state in zip(rows, states, strict=True):
-            req_id = step.req_ids[i]
-            if req_id is None:
-                continue
-            context = step.context(i)
-            record: _InTree | None = state.parts.get(self.part)
-            if record is None or len(context) - record.seen >= FOLLOW_EVERY:
-                self.draft(req_id, state, bool(step.greedy[i]), context, step.prompt_end(i), 0)
-            elif len(context) > record.seen:
-                record.pending = np.array(context[record.seen:], dtype=np.int32)
-
     def draft(self, req_id: str, state: RequestState, greedy: bool, context: np.ndarray,
               first_output: int, max_tokens: int) -> np.ndarray:
         """Up to ``max_tokens`` tokens that follow ``context`` (the request's committed tokens,
@@ -176,7 +154,6 @@ class SuffixTrees:
             cache.start_request(req_id, np.ascontiguousarray(context[:first_output],
                                                              dtype=np.int32))
             record = state.parts[self.part] = _InTree(cache, first_output)
-        record.pending = None  # context[seen:] below holds them
         if len(context) > record.seen:
             record.cache.add_active_response(
                 req_id, np.ascontiguousarray(context[record.seen:], dtype=np.int32))
@@ -194,6 +171,4 @@ class SuffixTrees:
         greedy request's output stays in the shared tree for the requests after it."""
         record: _InTree | None = state.parts.get(self.part)
         if record is not None:
-            if record.pending is not None:
-                record.cache.add_active_response(req_id, record.pending)
             record.cache.stop_request(req_id)
