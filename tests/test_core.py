@@ -87,7 +87,7 @@ def test_requests_without_room_are_not_drafted_and_policies_see_only_their_own()
 
     drafter = Drafter([JacobiTail()], [Recording(["tail"], scored=False),
                                        Recording(["tail"], scored=False)],
-                      route=lambda step, i: int(step.greedy[i]))
+                      route=lambda step, rows: [int(step.greedy[i]) for i in rows])
     batch = step([[1, 2, 3]] * 4, [[3]] * 4, [[3, 9, 9]] * 4, rooms=[2, 0, 2, 2],
                  greedy=[True, True, False, True])
     drafts = drafter.propose(batch)

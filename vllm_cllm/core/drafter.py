@@ -53,12 +53,13 @@ class Policy(Protocol):
 class Drafter:
     """Sources and policies over whole verify steps, with the request table.
 
-    Each drafting request (one with room) is routed to a policy by ``route``; the policies
-    run in the order given, each over all of its requests at once.
+    Each drafting request (one with room) is routed to a policy by ``route`` (for the step
+    and its drafting requests, each one's policy index; default: the first); the policies run
+    in the order given, each over all of its requests at once.
     """
 
     def __init__(self, sources: Sequence[DraftSource], policies: Sequence[Policy],
-                 route: Callable[[VerifyStep, int], int] | None = None,
+                 route: Callable[[VerifyStep, list[int]], Sequence[int]] | None = None,
                  table: RequestTable | None = None) -> None:
         self.sources: dict[str, DraftSource] = {}
         for source in sources:
@@ -67,7 +68,7 @@ class Drafter:
                     raise ValueError(f"two draft sources are named {name!r}")
                 self.sources[name] = source
         self.policies = list(policies)
-        self.route = route or (lambda step, i: 0)
+        self.route = route
         self.table = table if table is not None else RequestTable()
         #: refines a policy's step cost model from timed verify steps, where one does
         #: (:class:`vllm_cllm.policies.measured_cost.CostMeasurement`); fed by the adapter
@@ -77,21 +78,27 @@ class Drafter:
         """Every request's draft for the next step."""
         drafts = [EMPTY] * len(step)
         rows = step.drafting()
+        if not rows:
+            return drafts
         open_state, req_ids, committed = self.table.open, step.req_ids, step.committed
         states = [open_state(req_ids[i], committed[i]) for i in rows]
-        routed: list[tuple[list[int], list[RequestState]]] = [([], []) for _ in self.policies]
-        route = self.route
-        for i, state in zip(rows, states, strict=True):
-            mine, theirs = routed[route(step, i)]
-            mine.append(i)
-            theirs.append(state)
+        routes = self.route(step, rows) if self.route is not None else None
+        routed: list[tuple[list[int], list[RequestState]]]
+        if routes is None or len(set(routes)) == 1:  # one policy takes them all
+            routed = [([], []) for _ in self.policies]
+            routed[routes[0] if routes is not None else 0] = (rows, states)
+        else:
+            routed = [([], []) for _ in self.policies]
+            for i, state, to in zip(rows, states, routes, strict=True):
+                mine, theirs = routed[to]
+                mine.append(i)
+                theirs.append(state)
         for policy, (mine, theirs) in zip(self.policies, routed, strict=True):
             if mine:
                 chosen = policy.draft(step, mine, theirs, self.sources)
-                for i, draft in zip(mine, chosen, strict=True):
+                for i, draft, state in zip(mine, chosen, theirs, strict=True):
                     drafts[i] = draft
-        for i, state in zip(rows, states, strict=True):
-            state.last_drafted = len(drafts[i])
+                    state.last_drafted = len(draft)
         return drafts
 
 

@@ -9,6 +9,8 @@ sampled ones in a fixed order, from their own tokens.
 
 from __future__ import annotations
 
+import numpy as np
+
 from vllm_cllm.core.drafter import Drafter, DraftSource
 from vllm_cllm.core.requests import RequestTable
 from vllm_cllm.core.step import VerifyStep
@@ -53,10 +55,14 @@ def jacobi_drafter(options: ProposerOptions, max_model_len: int) -> Drafter:
                 Adaptive([name, "ngram", "tail"], cost, options.token_margin_pct / 100),
                 as_is]
 
-    def route(step: VerifyStep, i: int) -> int:
-        if step.req_ids[i] is None:  # a step that was not captured: the block as it is
-            return UNCAPTURED
-        return ADAPTIVE if options.adaptive and step.greedy[i] else FIXED
+    def route(step: VerifyStep, rows: list[int]) -> list[int]:
+        if None in step.req_ids:  # a step that was not captured: the block as it is
+            return [UNCAPTURED if step.req_ids[i] is None else
+                    ADAPTIVE if options.adaptive and step.greedy[i] else FIXED for i in rows]
+        if not options.adaptive:
+            return [FIXED] * len(rows)
+        return np.where(step.greedy[np.asarray(rows, dtype=np.int64)], ADAPTIVE,
+                        FIXED).tolist()
 
     drafter = Drafter(sources, policies, route, table)
     if options.adaptive and options.measure_cost:

@@ -134,22 +134,34 @@ class NgramIndex:
         """Index the tokens of ``context`` (the request's committed tokens) not seen yet;
         starts afresh if ``context`` is not a continuation of what was indexed."""
         tokens, have, length = self.tokens, len(self.tokens), len(context)
-        new: list[int] = []
         if have:
             if length > have:
-                new = context[have:].tolist()
-                same = tokens[-1] == context[have - 1]
-            else:
-                same = length == have and tokens[-1] == context[have - 1]
-                if same:
+                if tokens[-1] == context[have - 1]:
+                    self._add(context[have:].tolist())
                     return
-            if not same:
-                have = 0
-        if not have:
-            self.tokens, self.ends = [], {}
-            tokens, new = self.tokens, context.tolist()
+            elif length == have and tokens[-1] == context[have - 1]:
+                return
+        self.tokens, self.ends = [], {}
+        self._add(context.tolist())
+
+    def extend_row(self, row: np.ndarray, end: int, committed: list[int]) -> None:
+        """:meth:`extend` with ``row[:end]``, the new tokens taken from ``committed`` (what
+        the request committed this step, the last tokens of ``row[:end]``) where they are
+        all that is new: no slice of the row is read then."""
+        have = len(self.tokens)
+        if have and len(committed) == end - have and self.tokens[-1] == row[have - 1]:
+            if committed:
+                self._add(committed)
+            return
+        self.extend(row[:end])
+
+    def _add(self, new: list[int]) -> None:
+        """Append ``new`` to the indexed tokens, and index the n-grams that now have a next
+        token."""
+        tokens, n, ends = self.tokens, self.ngram_min, self.ends
+        have = len(tokens)
         tokens += new
-        n, ends = self.ngram_min, self.ends
+        length = len(tokens)
         first = max(have - 1, n - 1)  # n-grams whose next token has just been committed
         if first >= length - 1:
             return
@@ -229,22 +241,26 @@ class RequestNgrams:
 
     def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
                 states: Sequence[RequestState]) -> Candidates:
-        usual, latest = [], []
-        fill, part, token_ids = self.fill, self.part, step.token_ids
+        usual: list[np.ndarray] = []
+        latest: list[np.ndarray] = []
+        fill, part, token_ids, committed = self.fill, self.part, step.token_ids, step.committed
+        ngram_min, ngram_max, max_model_len = fill.ngram_min, fill.ngram_max, fill.max_model_len
         ends = step.num_tokens[np.asarray(rows, dtype=np.int64)].tolist()
         for i, n, end, state in zip(rows, lengths, ends, states, strict=True):
-            context = token_ids[i, :end]
+            row = token_ids[i]
             index = state.parts.get(part)
             if index is None:
-                index = state.parts[part] = NgramIndex(fill.ngram_min, fill.ngram_max)
-            index.extend(context)
-            n = fill._room(context, n)
-            found = index.starts(context) if n else None
+                index = state.parts[part] = NgramIndex(ngram_min, ngram_max)
+            index.extend_row(row, end, committed[i])
+            # as NgramFill._room: nothing from too short a context, nothing past the model
+            n = 0 if end <= ngram_min else min(n, max_model_len - end)
+            context = row[:end]
+            found = index.starts(context) if n > 0 else None
             if found is None:
                 usual.append(EMPTY)
                 latest.append(EMPTY)
                 continue
             one, other = found
-            usual.append(np.asarray(context[one:one + n], dtype=np.int64))
-            latest.append(np.asarray(context[other:other + n], dtype=np.int64))
+            usual.append(context[one:one + n].astype(np.int64))
+            latest.append(context[other:other + n].astype(np.int64))
         return {"ngram": usual, "ngram_latest": latest}
