@@ -19,42 +19,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import psutil
 import requests
 
 from vllm_cllm.bench.datasets import chat_template, sharegpt_questions
 from vllm_cllm.runtime.checkpoints import model_path
 from vllm_cllm.runtime.engine import with_engine
-from vllm_cllm.runtime.server import bundled_jemalloc, running_server, vllm_executable
+from vllm_cllm.runtime.server import (
+    allocator_env,
+    hang_up_midstream,
+    held_state_counts,
+    per_process_mib,
+    running_server,
+    server_pid,
+    tree_rss_mib,
+    vllm_executable,
+)
 
 PERCENTILES = "50,90,99"
-
-
-def per_process_mib(pid: int) -> dict[str, float]:
-    """Resident memory of a process and each of its children (API server, engine core,
-    worker), keyed ``pid:name``."""
-    root = psutil.Process(pid)
-    return {f"{p.pid}:{p.name()[:20]}": p.memory_info().rss / 2**20
-            for p in [root, *root.children(recursive=True)] if p.is_running()}
-
-
-def tree_rss_mib(pid: int) -> float:
-    """Resident memory of the whole server process tree."""
-    return sum(per_process_mib(pid).values())
-
-
-def server_pid(port: int) -> int:
-    for conn in psutil.net_connections("tcp"):
-        if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN:
-            return conn.pid
-    raise RuntimeError(f"no process listens on port {port}")
 
 
 def bench_serve(base: str, model: str, dataset: Path, num: int, concurrency: int,
@@ -74,14 +61,9 @@ def bench_serve(base: str, model: str, dataset: Path, num: int, concurrency: int
 def abort_midstream(base: str, prompts: list[str], chunks: int = 3) -> int:
     """Stream each prompt and hang up after ``chunks`` chunks; returns how many were cut."""
     def one(prompt: str) -> bool:
-        with requests.post(base + "/v1/completions", stream=True, timeout=300, json={
-                "model": "model", "prompt": prompt, "max_tokens": 400, "temperature": 0.0,
-                "ignore_eos": True, "stream": True}) as resp:
-            resp.raise_for_status()
-            for i, _ in enumerate(resp.iter_lines()):
-                if i >= chunks:
-                    return True  # leaving the block closes the connection mid-stream
-        return False
+        return hang_up_midstream(base + "/v1/completions", {
+            "model": "model", "prompt": prompt, "max_tokens": 400, "temperature": 0.0,
+            "ignore_eos": True}, chunks)
 
     with ThreadPoolExecutor(len(prompts)) as pool:
         return sum(pool.map(one, prompts))
@@ -107,11 +89,6 @@ def offline_texts(model: str, prompts: list[str], max_tokens: int) -> list[str]:
         o.outputs[0].text for o in llm.generate(prompts, params, use_tqdm=False)])
 
 
-def held_state_counts(log: Path) -> list[int]:
-    return [int(m) for m in re.findall(r"vllm-cllm: state held for (\d+) requests",
-                                       log.read_text())]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
@@ -130,13 +107,10 @@ def main() -> None:
                         help="the server's malloc: jemalloc preloaded, as docs/platform-cpu.md "
                         "serve command does, or glibc's own")
     args = parser.parse_args()
-    allocator_env = {}
-    if args.allocator == "jemalloc":
-        lib = bundled_jemalloc()
-        if lib is None:
-            parser.error("--allocator jemalloc: the ray wheel's libjemalloc.so is not "
-                         "installed (pip install ray), or pass --allocator glibc")
-        allocator_env["LD_PRELOAD"] = lib
+    try:
+        malloc_env = allocator_env(args.allocator)
+    except RuntimeError as exc:
+        parser.error(f"--allocator {exc}, or pass --allocator glibc")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model = str(model_path(args.model))
@@ -158,7 +132,7 @@ def main() -> None:
                      "allocator": args.allocator,
                      "date": time.strftime("%Y-%m-%d"), "runs": []}
     with running_server(model, "--speculative-config", spec, log_path=str(log),
-                        extra_env={"VLLM_CLLM_LOG_STATE": "1", **allocator_env}) as base:
+                        extra_env={"VLLM_CLLM_LOG_STATE": "1", **malloc_env}) as base:
         pid = server_pid(int(base.rsplit(":", 1)[1]))
         # Warm up at every concurrency that is measured (4 rounds of each): the baseline RSS
         # then holds the working set of every batch shape the run will see (vLLM's worker

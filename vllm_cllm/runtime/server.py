@@ -43,6 +43,19 @@ def bundled_jemalloc() -> str | None:
     return str(lib) if lib.exists() else None
 
 
+def allocator_env(allocator: str) -> dict[str, str]:
+    """The environment that gives a server ``allocator``'s malloc: ``jemalloc`` preloaded
+    (:func:`bundled_jemalloc`, as docs/platform-cpu.md's serve command does) or ``glibc``'s own
+    (nothing to set). Raises ``RuntimeError`` where jemalloc is asked for but not installed."""
+    if allocator == "glibc":
+        return {}
+    lib = bundled_jemalloc()
+    if lib is None:
+        raise RuntimeError("jemalloc: the ray wheel's libjemalloc.so is not installed "
+                           "(pip install ray); or use glibc's allocator")
+    return {"LD_PRELOAD": lib}
+
+
 def serve_command(model: str, port: int, *extra: str) -> list[str]:
     """The documented command: ``vllm serve MODEL ...`` plus the platform's settings
     (:func:`~vllm_cllm.runtime.engine.platform_settings`: CPU-friendly on the CPU build,
@@ -115,3 +128,59 @@ def read_metrics(base_url: str, prefix: str = "vllm:spec_decode") -> dict[str, f
             if match:
                 out[match.group(1) + (match.group(2) or "")] = float(match.group(3))
     return out
+
+
+# -- what load benchmarks read off a running server (benchmarks/serve_load.py, serve_soak.py) --
+
+#: what a proposer prints to stderr when ``VLLM_CLLM_LOG_STATE=1`` and its count changes
+#: (:data:`vllm_cllm.proposers.base.LOG_STATE_ENV`)
+STATE_LINE = re.compile(r"vllm-cllm: state held for (\d+) requests")
+
+
+def held_state_counts(log: Path) -> list[int]:
+    """Every count of requests the proposer held state for, in the server log's order."""
+    return [int(m) for m in STATE_LINE.findall(log.read_text(errors="replace"))]
+
+
+def server_pid(port: int) -> int:
+    """The process that listens on ``port`` (the API server of ``vllm serve``)."""
+    import psutil
+
+    for conn in psutil.net_connections("tcp"):
+        if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN:
+            return conn.pid
+    raise RuntimeError(f"no process listens on port {port}")
+
+
+def per_process_mib(pid: int) -> dict[str, float]:
+    """Resident memory of a process and each of its children (API server, engine core,
+    worker), keyed ``pid:name``."""
+    import psutil
+
+    root = psutil.Process(pid)
+    out: dict[str, float] = {}
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            out[f"{proc.pid}:{proc.name()[:20]}"] = proc.memory_info().rss / 2**20
+        except psutil.NoSuchProcess:  # a helper that exited between listing and reading
+            pass
+    return out
+
+
+def tree_rss_mib(pid: int) -> float:
+    """Resident memory of the whole server process tree."""
+    return sum(per_process_mib(pid).values())
+
+
+def hang_up_midstream(url: str, body: dict, chunks: int = 3, timeout_s: float = 300) -> bool:
+    """POST a streamed request and close the connection after ``chunks`` lines of the
+    stream; True if it was cut (the stream had not ended by then). Raises on an HTTP error."""
+    import requests
+
+    with requests.post(url, json={**body, "stream": True}, stream=True,
+                       timeout=timeout_s) as resp:
+        resp.raise_for_status()
+        for i, _ in enumerate(resp.iter_lines()):
+            if i >= chunks:
+                return True  # leaving the block closes the connection mid-stream
+    return False
