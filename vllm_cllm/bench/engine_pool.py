@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import tempfile
 from typing import Any
 
 from vllm_cllm.bench.measure import Group
+from vllm_cllm.policies.candidate_log import CANDIDATE_LOG_ENV
 
 #: KV cache per engine (GiB): several engines share this machine's 24 GiB; ample for
 #: batch 16 at the bench's lengths (SmolLM2-135M: ~46 KiB per token in fp32).
@@ -30,8 +32,17 @@ STEPS_PER_TURN = 4
 
 def _serve(conn: Any, model: str, spec: dict[str, Any] | None) -> None:
     """Worker: build the engine, then obey the parent (:class:`EnginePool`) until ``None``:
-    ``start`` a group of prompts, ``advance`` it a few steps, send its ``row``."""
+    ``start`` a group of prompts, ``advance`` it a few steps, send its ``row``. A ``jacobi``
+    engine keeps a candidate log in a file of its own, for its rows' oracle
+    (:mod:`vllm_cllm.bench.oracle`); no other engine keeps one."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)
+    log = None
+    if spec is not None and spec.get("method") == "jacobi":
+        handle, log = tempfile.mkstemp(prefix="vllm-cllm-candidates-", suffix=".jsonl")
+        os.close(handle)
+        os.environ[CANDIDATE_LOG_ENV] = log
+    else:
+        os.environ.pop(CANDIDATE_LOG_ENV, None)
     from vllm_cllm.bench.measure import SteppedMeasurement
     from vllm_cllm.runtime.engine import with_engine
 
@@ -58,6 +69,9 @@ def _serve(conn: Any, model: str, spec: dict[str, Any] | None) -> None:
     except Exception as exc:  # reported to the parent, which raises it
         conn.send(f"error: {exc!r}")
         raise
+    finally:
+        if log is not None:
+            os.unlink(log)
 
 
 def warm_up(llm: Any) -> None:

@@ -16,6 +16,8 @@ import sys
 import time
 from typing import Any
 
+from vllm_cllm.bench.oracle import log_size, oracle_of_log
+from vllm_cllm.policies.candidate_log import CANDIDATE_LOG_ENV
 from vllm_cllm.runtime.engine import StepCounter, spec_metrics, with_engine
 
 #: The default warm-up prompt: none of the measured ones. Proposers that remember earlier
@@ -52,6 +54,11 @@ class SteppedMeasurement:
         self.before = spec_metrics(llm)
         self.tokens: list[list[int]] = []
         self.steps: list[int] = []
+        self.ids: list[str] = []
+        self.prompt_tokens: list[list[int]] = []
+        #: the proposer's candidate log, where one is kept: the row gets its oracle
+        self.log = os.environ.get(CANDIDATE_LOG_ENV) or None
+        self.log_start = log_size(self.log) if self.log else 0
         self.seconds = 0.0
         self.next_batch = 0
         self.current: StepCounter | None = None
@@ -71,12 +78,15 @@ class SteppedMeasurement:
                 counted = self.current.result()
                 self.tokens += counted.tokens
                 self.steps += counted.steps
+                self.ids += self.current.ids
+                self.prompt_tokens += counted.prompt_tokens
                 self.current = None
             self.seconds += time.perf_counter() - start
         return self.current is not None or self.next_batch < len(self.prompts)
 
     def row(self) -> dict[str, Any]:
-        """The measured row (:func:`measured_row`) once :meth:`advance` has returned False."""
+        """The measured row (:func:`measured_row`) once :meth:`advance` has returned False,
+        with the oracle fields (:mod:`vllm_cllm.bench.oracle`) where a candidate log is kept."""
         after = spec_metrics(self.llm)
 
         def delta(key: str) -> int:
@@ -85,9 +95,11 @@ class SteppedMeasurement:
         per_pos_before = self.before.get("num_accepted_tokens_per_pos") or []
         per_pos = [a - (per_pos_before[i] if i < len(per_pos_before) else 0)
                    for i, a in enumerate(after.get("num_accepted_tokens_per_pos") or [])]
+        oracle = oracle_of_log(self.log, self.log_start, self.ids, self.prompt_tokens,
+                               self.tokens, self.steps) if self.log else {}
         return {**measured_row(self.batch_size, self.tokens, self.steps, self.seconds,
                                delta("num_drafts"), delta("num_accepted_tokens"), per_pos),
-                "num_draft_tokens": delta("num_draft_tokens")}
+                "num_draft_tokens": delta("num_draft_tokens"), **oracle}
 
 
 def measured_row(batch_size: int, tokens: list[list[int]], steps: list[int], seconds: float,

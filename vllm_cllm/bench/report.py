@@ -1,4 +1,4 @@
-"""What ``vllm-cllm bench`` writes: results.json, table.md and two PNG plots."""
+"""What ``vllm-cllm bench`` writes: results.json, table.md and three PNG plots."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 #: results.json row fields, in order (the rest of a row — acceptance by position, seconds,
-#: vLLM's own acceptance length, the spec — follows them).
+#: vLLM's own acceptance length, the spec — follows them). The oracle fields
+#: (:mod:`vllm_cllm.bench.oracle`) are None outside ``jacobi`` rows.
 FIELDS = ("model", "method", "dataset", "batch_size", "tpf", "tokens_per_s", "speedup",
-          "identical")
+          "identical", "oracle_tpf", "oracle_cost_tpf", "selection_efficiency")
 
 
 def config_label(row: dict[str, Any]) -> str:
@@ -19,14 +20,19 @@ def config_label(row: dict[str, Any]) -> str:
 def write_results(rows: list[dict[str, Any]], out: Path, header: dict[str, Any]) -> str:
     """results.json, table.md and the plots; returns the Markdown table."""
     out.mkdir(parents=True, exist_ok=True)
-    slim = [{**{f: r[f] for f in FIELDS},
+    slim = [{**{f: r.get(f) for f in FIELDS},
              **{k: v for k, v in r.items() if k not in FIELDS and k != "tokens"}} for r in rows]
     (out / "results.json").write_text(json.dumps({**header, "rows": slim}, indent=1))
     table = markdown(rows, header)
     (out / "table.md").write_text(table)
     plot_speedups(rows, out / "speedup.png")
     plot_acceptance(rows, out / "acceptance.png")
+    plot_selection(rows, out / "selection.png")
     return table
+
+
+def _number(value: float | None, digits: int = 2) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
 
 
 def markdown(rows: list[dict[str, Any]], header: dict[str, Any]) -> str:
@@ -47,13 +53,34 @@ def markdown(rows: list[dict[str, Any]], header: dict[str, Any]) -> str:
             cells.append("" if r is None else
                          f"{r['speedup']:.2f}x ({r['tpf']:.2f}){'' if r['identical'] else '*'}")
         lines.append(f"| {config} | " + " | ".join(cells) + " |")
+    oracle_configs = [c for c in configs if any(
+        r.get("oracle_tpf") is not None for (k, _, _), r in cell.items() if k == c)]
+    if oracle_configs:
+        lines += ["", "Tokens per verify step against the oracle (`jacobi` rows; "
+                  "docs/benchmarking.md): the row / the best candidate at the best length "
+                  "under the cost model / the best candidate at full length, selection "
+                  "efficiency (row / cost-model oracle; full-length where no cost model) in "
+                  "brackets:", "",
+                  "| config | " + " | ".join(f"{d} b{b}" for d, b in columns) + " |",
+                  "|---|" + "---|" * len(columns)]
+        for config in oracle_configs:
+            cells = []
+            for d, b in columns:
+                r = cell.get((config, d, b))
+                cells.append("" if r is None or r.get("oracle_tpf") is None else
+                             f"{r['tpf']:.2f} / {_number(r.get('oracle_cost_tpf')) or '-'} / "
+                             f"{r['oracle_tpf']:.2f} ({r['selection_efficiency']:.2f})")
+            lines.append(f"| {config} | " + " | ".join(cells) + " |")
     lines += ["", "| model | method | dataset | batch | tokens/verify step | tokens/step (with "
-              "prefill) | accept. length (vLLM) | tokens/s | speed-up | identical |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "prefill) | accept. length (vLLM) | oracle (cost model) | oracle (full length) "
+              "| selection eff. | tokens/s | speed-up | identical |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['method']} | {r['dataset']} | {r['batch_size']} | "
                      f"{r['tpf']:.2f} | {r['tokens_per_step']:.2f} | "
                      f"{r['vllm_acceptance_length']:.2f} | "
+                     f"{_number(r.get('oracle_cost_tpf'))} | {_number(r.get('oracle_tpf'))} | "
+                     f"{_number(r.get('selection_efficiency'))} | "
                      f"{r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['identical']} |")
     return "\n".join(lines) + "\n"
 
@@ -119,4 +146,40 @@ def plot_acceptance(rows: list[dict[str, Any]], path: Path) -> None:
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_selection(rows: list[dict[str, Any]], path: Path) -> None:
+    """One panel per data set: per ``jacobi`` row (configuration and batch size) its tokens per
+    verify step beside the cost-model oracle and the full-length oracle."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    mine = [r for r in rows if r.get("oracle_tpf") is not None]
+    datasets = _datasets(mine) or _datasets(rows)
+    labels = list(dict.fromkeys(f"{config_label(r)} b{r['batch_size']}" for r in mine))
+    fig, axes = plt.subplots(1, len(datasets), figsize=(4.5 * len(datasets),
+                                                        0.5 * max(len(labels), 1) + 1.8),
+                             sharey=True, squeeze=False)
+    bars = (("tpf", "row"), ("oracle_cost_tpf", "oracle, cost model"),
+            ("oracle_tpf", "oracle, full length"))
+    height = 0.8 / len(bars)
+    for ax, dataset in zip(axes[0], datasets, strict=True):
+        here = {f"{config_label(r)} b{r['batch_size']}": r for r in mine
+                if r["dataset"] == dataset}
+        for j, (key, name) in enumerate(bars):
+            ax.barh([i + j * height for i in range(len(labels))],
+                    [(here[c].get(key) or 0.0) if c in here else 0.0 for c in labels],
+                    height=height, label=name)
+        ax.set_title(dataset)
+        ax.set_xlabel("tokens per verify step")
+    if labels:
+        axes[0][0].set_yticks([i + height * (len(bars) - 1) / 2 for i in range(len(labels))])
+        axes[0][0].set_yticklabels(labels)
+        axes[0][0].invert_yaxis()
+        axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)

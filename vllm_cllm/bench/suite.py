@@ -70,8 +70,9 @@ class BenchPlan:
     def fingerprint(self) -> str:
         """Names the raw-result cache (rounds live below it); the layout bumps when prompt
         selection or what a row measures changes (3: steps counted, not inferred; 4: one model's
-        configurations side by side; 5: in lock step, each timing its own engine steps)."""
-        key = {**asdict(self), "layout": 5}
+        configurations side by side; 5: in lock step, each timing its own engine steps; 6: the
+        ``jacobi`` rows' oracle)."""
+        key = {**asdict(self), "layout": 6}
         key.pop("rounds")
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
 

@@ -31,6 +31,7 @@ from vllm_cllm.policies.acceptance import (
     TokenAcceptance,
     add_ones_scalar,
 )
+from vllm_cllm.policies.candidate_log import CandidateLog
 from vllm_cllm.policies.cost_model import (
     DRAFT_MARGIN,
     SPEC_STEP_OVERHEAD_PER_REQUEST,
@@ -117,6 +118,8 @@ class Adaptive:
         self._rows = np.array([self.acceptance.sources.index(n) for n in self.names])
         self._tail = self.names.index(self.tail)
         self._row_list: list[int] = self._rows.tolist()
+        #: logs each step's candidates where set (:mod:`vllm_cllm.policies.candidate_log`)
+        self.recorder: CandidateLog | None = None
 
     def observe(self, step: VerifyStep, rows: Sequence[int],
                 states: Sequence[RequestState]) -> list[Outcome]:
@@ -251,6 +254,10 @@ class Adaptive:
             n = int(sized[rows[j]])
             if n and not (bare[j] and best[j] == self._tail):
                 drafts[j] = candidates[self.names[best[j]]][j][:n]
+        if self.recorder is not None:
+            blocks = dict(zip(restarts, drawn, strict=True)) if restarts else None
+            self.recorder.record(step, rows, candidates, drafts, (knee, floor), blocks,
+                                 self.restart)
         return drafts
 
     def _draft_small(self, step: VerifyStep, rows: Sequence[int],
@@ -317,6 +324,10 @@ class Adaptive:
             n = sized.get(j, 0)
             if n and j not in restarts:
                 drafts[j] = candidates[names[s]][j][:n]
+        if self.recorder is not None:
+            blocks = dict(zip(restarts, drawn, strict=True)) if restarts else None
+            self.recorder.record(step, rows, candidates, drafts, (knee, floor), blocks,
+                                 self.restart)
         return drafts
 
 

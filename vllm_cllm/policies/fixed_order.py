@@ -19,6 +19,7 @@ from vllm_cllm.core.drafter import Candidates, DraftSource
 from vllm_cllm.core.requests import RequestState
 from vllm_cllm.core.step import VerifyStep
 from vllm_cllm.core.tokens import EMPTY
+from vllm_cllm.policies.candidate_log import CandidateLog
 from vllm_cllm.policies.scores import SourceScores
 
 #: ``ngram``'s slot goes to whichever of its two continuations has matched better in the
@@ -52,6 +53,8 @@ class FixedOrder:
         #: sources in ``order`` that may be missing from a drafter (skipped then)
         self.optional = set(optional)
         self.scored = scored
+        #: logs each step's candidates where set (:mod:`vllm_cllm.policies.candidate_log`)
+        self.recorder: CandidateLog | None = None
 
     def draft(self, step: VerifyStep, rows: Sequence[int], states: Sequence[RequestState],
               sources: Mapping[str, DraftSource]) -> list[np.ndarray]:
@@ -80,6 +83,8 @@ class FixedOrder:
                     mine[name] = mine[other]
             name = next((n for n in self.order if len(mine.get(n, EMPTY))), None)
             drafts.append(EMPTY if name is None else scores.probed(name, mine[name]))
+        if self.recorder is not None:
+            self.recorder.record(step, rows, candidates, drafts)
         return drafts
 
     def scores(self, state: RequestState) -> SourceScores:

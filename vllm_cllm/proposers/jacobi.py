@@ -5,6 +5,7 @@ from __future__ import annotations
 from vllm_cllm.core.drafter import Drafter
 from vllm_cllm.methods.jacobi import jacobi_drafter
 from vllm_cllm.options import ProposerOptions
+from vllm_cllm.policies.candidate_log import CandidateLog
 from vllm_cllm.proposers.base import SelfDraftingProposer
 
 
@@ -14,7 +15,13 @@ class JacobiProposer(SelfDraftingProposer):
     def build_drafter(self, options: ProposerOptions, max_model_len: int) -> Drafter:
         if options.fill == "hybrid":
             _log_lookup(options.lookup)
-        return jacobi_drafter(options, max_model_len)
+        drafter = jacobi_drafter(options, max_model_len)
+        log = CandidateLog.from_env()  # VLLM_CLLM_CANDIDATE_LOG: every policy logs its steps
+        if log is not None:
+            for policy in drafter.policies:
+                if hasattr(policy, "recorder"):
+                    policy.recorder = log
+        return drafter
 
 
 def _log_lookup(lookup: str) -> None:
