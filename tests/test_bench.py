@@ -186,6 +186,10 @@ def test_tiny_end_to_end_run_is_identical_and_resumes(tiny_path, tmp_path):
     assert all(r["identical"] for r in rows)
     assert {(r["dataset"], r["batch_size"]) for r in rows} == {
         ("humaneval", 1), ("humaneval", 4), ("mtbench", 1), ("mtbench", 4)}
+    # the jacobi engine's candidate log maps to the bench's requests, every verify step
+    assert all(r["oracle_coverage"] == 1.0 and r["oracle_chain_breaks"] == 0
+               and r["oracle_tpf"] >= r["tpf"] for r in rows
+               if r["method"] != "none" and any(s > 1 for s in r["steps"]))
     again = run(plan, tmp_path, {"base": tiny_path}, configs)  # from out/raw, no engine
     assert [r["tokens"] for r in again] == [r["tokens"] for r in rows]
 
