@@ -31,14 +31,14 @@ from vllm_cllm.bench.datasets import chat_template, sharegpt_questions
 from vllm_cllm.runtime.checkpoints import model_path
 from vllm_cllm.runtime.engine import with_engine
 from vllm_cllm.runtime.server import (
-    allocator_env,
+    add_allocator_option,
+    allocator_env_of,
     hang_up_midstream,
-    held_state_counts,
+    held_state,
     per_process_mib,
-    running_server,
-    server_pid,
     tree_rss_mib,
     vllm_executable,
+    watched_server,
 )
 
 PERCENTILES = "50,90,99"
@@ -103,14 +103,9 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument("--check-prompts", type=int, default=32)
     parser.add_argument("--aborts", type=int, default=16)
-    parser.add_argument("--allocator", choices=["jemalloc", "glibc"], default="jemalloc",
-                        help="the server's malloc: jemalloc preloaded, as docs/platform-cpu.md "
-                        "serve command does, or glibc's own")
+    add_allocator_option(parser)
     args = parser.parse_args()
-    try:
-        malloc_env = allocator_env(args.allocator)
-    except RuntimeError as exc:
-        parser.error(f"--allocator {exc}, or pass --allocator glibc")
+    malloc_env = allocator_env_of(parser, args.allocator)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model = str(model_path(args.model))
@@ -131,9 +126,7 @@ def main() -> None:
                      "output_len": args.output_len, "num_requests": args.num_requests,
                      "allocator": args.allocator,
                      "date": time.strftime("%Y-%m-%d"), "runs": []}
-    with running_server(model, "--speculative-config", spec, log_path=str(log),
-                        extra_env={"VLLM_CLLM_LOG_STATE": "1", **malloc_env}) as base:
-        pid = server_pid(int(base.rsplit(":", 1)[1]))
+    with watched_server(model, spec, log, malloc_env) as (base, pid):
         # Warm up at every concurrency that is measured (4 rounds of each): the baseline RSS
         # then holds the working set of every batch shape the run will see (vLLM's worker
         # caches per shape), and growth after it means a leak, not a new shape.
@@ -163,9 +156,7 @@ def main() -> None:
         results["rss_at_end_mib"] = tree_rss_mib(pid)
         results["rss_by_process"]["end"] = per_process_mib(pid)
         results["health_after_aborts"] = requests.get(base + "/health", timeout=10).status_code
-    counts = held_state_counts(log)
-    results["state_held_last"] = counts[-1] if counts else None
-    results["state_held_max"] = max(counts) if counts else None
+    results.update(held_state(log))
     results["rss_growth"] = results["rss_at_end_mib"] / results["rss_after_warmup_mib"] - 1
     (out / "load.json").write_text(json.dumps(results, indent=1))
     table = report(results)

@@ -42,14 +42,14 @@ from vllm_cllm.options import parse_options
 from vllm_cllm.runtime.checkpoints import model_path
 from vllm_cllm.runtime.demo import DEMO_MODEL, demo_problems, user_message
 from vllm_cllm.runtime.server import (
-    allocator_env,
+    add_allocator_option,
+    allocator_env_of,
     hang_up_midstream,
-    held_state_counts,
+    held_state,
     per_process_mib,
     read_metrics,
-    running_server,
-    server_pid,
     tree_rss_mib,
+    watched_server,
 )
 
 #: the server's context (vllm_cllm.runtime.server.serve_command's --max-model-len)
@@ -427,16 +427,11 @@ def main() -> int:
     parser.add_argument("--abort-chunks", type=int, default=3)
     parser.add_argument("--rss-tolerance", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--allocator", choices=["jemalloc", "glibc"], default="jemalloc",
-                        help="the server's malloc: jemalloc preloaded, as docs/platform-cpu.md "
-                        "serve command does, or glibc's own")
+    add_allocator_option(parser)
     parser.add_argument("--dry-run", action="store_true",
                         help="build and print the request mix, start no server")
     args = parser.parse_args()
-    try:
-        malloc_env = allocator_env(args.allocator)
-    except RuntimeError as exc:
-        parser.error(f"--allocator {exc}, or pass --allocator glibc")
+    malloc_env = allocator_env_of(parser, args.allocator)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model = str(model_path(args.model))
@@ -469,9 +464,7 @@ def main() -> int:
         "history_size": options.history_size, "lookup": options.lookup,
         "command": " ".join(sys.argv)}
     t0 = time.time()
-    with running_server(model, "--speculative-config", spec_config, log_path=str(log),
-                        extra_env={"VLLM_CLLM_LOG_STATE": "1", **malloc_env}) as base:
-        pid = server_pid(int(base.rsplit(":", 1)[1]))
+    with watched_server(model, spec_config, log, malloc_env) as (base, pid):
         results["rss_by_process"] = {"start": per_process_mib(pid)}
         run_start = time.time()
         records, samples = run_soak(base, pid, specs, args.concurrency, args.rss_every,
@@ -491,9 +484,7 @@ def main() -> int:
         results["preemptions"] = total(metrics, "vllm:num_preemptions_total")
         results["spec_decode"] = spec_decode_summary(metrics)
     results["total_minutes"] = (time.time() - t0) / 60
-    counts = held_state_counts(log)
-    results["state_held_last"] = counts[-1] if counts else None
-    results["state_held_max"] = max(counts) if counts else None
+    results.update(held_state(log))
     text = log.read_text(errors="replace")
     results["log_tracebacks"] = text.count("Traceback")
     results["log_errors"] = sum(" ERROR " in line for line in text.splitlines())

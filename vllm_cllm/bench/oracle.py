@@ -39,6 +39,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from vllm_cllm.core.tokens import matched_prefix
 from vllm_cllm.policies.cost_model import SPEC_STEP_OVERHEAD_PER_REQUEST, step_cost
 
 #: The row fields this module adds (None where the row has no candidate log).
@@ -77,12 +80,8 @@ def _external(engine_id: str, known: set[str]) -> str | None:
 
 def _prefix(candidate: Sequence[int], output: Sequence[int], start: int, most: int) -> int:
     """Leading tokens of ``candidate`` equal to ``output[start:]``, at most ``most``."""
-    n = 0
-    for token in candidate[:most]:
-        if output[start + n] != token:
-            break
-        n += 1
-    return n
+    return matched_prefix(np.asarray(candidate[:most], dtype=np.int64),
+                          output[start:start + most])
 
 
 def oracle_fields(records: list[dict[str, Any]], ids: Sequence[str],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,20 @@ def _number(value: float | None, digits: int = 2) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
+def _grid(configs: list[str], columns: list[tuple[str, int]],
+          cell: dict[tuple[str, str, int], dict[str, Any]],
+          text: Callable[[dict[str, Any]], str]) -> list[str]:
+    """A markdown table of configurations × (data set, batch size), each cell ``text(row)``
+    (empty where the configuration has no row there)."""
+    lines = ["| config | " + " | ".join(f"{d} b{b}" for d, b in columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    for config in configs:
+        cells = [text(r) if (r := cell.get((config, d, b))) is not None else ""
+                 for d, b in columns]
+        lines.append(f"| {config} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(rows: list[dict[str, Any]], header: dict[str, Any]) -> str:
     """A speed-up summary (configuration × data set and batch size), then every row."""
     columns = sorted({(r["dataset"], r["batch_size"]) for r in rows},
@@ -44,15 +59,8 @@ def markdown(rows: list[dict[str, Any]], header: dict[str, Any]) -> str:
     lines = [f"vllm-cllm bench, {header['date']}: {header['description']}", "",
              "Speed-up over the same model without speculation (tokens per verify step in "
              "brackets; * = output not identical):", "",
-             "| config | " + " | ".join(f"{d} b{b}" for d, b in columns) + " |",
-             "|---|" + "---|" * len(columns)]
-    for config in configs:
-        cells = []
-        for d, b in columns:
-            r = cell.get((config, d, b))
-            cells.append("" if r is None else
-                         f"{r['speedup']:.2f}x ({r['tpf']:.2f}){'' if r['identical'] else '*'}")
-        lines.append(f"| {config} | " + " | ".join(cells) + " |")
+             *_grid(configs, columns, cell, lambda r: f"{r['speedup']:.2f}x ({r['tpf']:.2f})"
+                    f"{'' if r['identical'] else '*'}")]
     oracle_configs = [c for c in configs if any(
         r.get("oracle_tpf") is not None for (k, _, _), r in cell.items() if k == c)]
     if oracle_configs:
@@ -61,16 +69,10 @@ def markdown(rows: list[dict[str, Any]], header: dict[str, Any]) -> str:
                   "under the cost model / the best candidate at full length, selection "
                   "efficiency (row / cost-model oracle; full-length where no cost model) in "
                   "brackets:", "",
-                  "| config | " + " | ".join(f"{d} b{b}" for d, b in columns) + " |",
-                  "|---|" + "---|" * len(columns)]
-        for config in oracle_configs:
-            cells = []
-            for d, b in columns:
-                r = cell.get((config, d, b))
-                cells.append("" if r is None or r.get("oracle_tpf") is None else
-                             f"{r['tpf']:.2f} / {_number(r.get('oracle_cost_tpf')) or '-'} / "
-                             f"{r['oracle_tpf']:.2f} ({r['selection_efficiency']:.2f})")
-            lines.append(f"| {config} | " + " | ".join(cells) + " |")
+                  *_grid(oracle_configs, columns, cell, lambda r: "" if r.get("oracle_tpf")
+                         is None else f"{r['tpf']:.2f} / "
+                         f"{_number(r.get('oracle_cost_tpf')) or '-'} / "
+                         f"{r['oracle_tpf']:.2f} ({r['selection_efficiency']:.2f})")]
     lines += ["", "| model | method | dataset | batch | tokens/verify step | tokens/step (with "
               "prefill) | accept. length (vLLM) | oracle (cost model) | oracle (full length) "
               "| selection eff. | tokens/s | speed-up | identical |",

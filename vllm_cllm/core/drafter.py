@@ -26,11 +26,11 @@ Candidates = dict[str, list[np.ndarray]]
 class DraftSource(Protocol):
     """A producer of candidate drafts, working on a whole verify step.
 
-    Optional hooks a policy calls where the source has them: ``remember(step, rows,
+    An optional hook a policy calls where the source has it: ``remember(step, rows,
     states)`` after it proposed (a source that keeps something of each step, e.g. the pool of
-    iterates), ``follow(step, rows, states)`` in a step where nothing is drafted (a source
-    that must still see every committed token, e.g. the suffix trees); a source that keeps
-    something across requests subscribes to the request table (``release``).
+    iterates). A source that keeps something across requests subscribes to the request table
+    (``release``). A source that skipped steps catches up with the tokens committed meanwhile
+    on its next call.
     """
 
     #: the names of the candidates it proposes (most sources propose one)
@@ -82,13 +82,11 @@ class Drafter:
             return drafts
         open_state, req_ids, committed = self.table.open, step.req_ids, step.committed
         states = [open_state(req_ids[i], committed[i]) for i in rows]
-        routes = self.route(step, rows) if self.route is not None else None
-        routed: list[tuple[list[int], list[RequestState]]]
-        if routes is None or len(set(routes)) == 1:  # one policy takes them all
-            routed = [([], []) for _ in self.policies]
-            routed[routes[0] if routes is not None else 0] = (rows, states)
+        routes = self.route(step, rows) if self.route is not None else [0]
+        routed: list[tuple[list[int], list[RequestState]]] = [([], []) for _ in self.policies]
+        if len(set(routes)) == 1:  # one policy takes them all
+            routed[routes[0]] = (rows, states)
         else:
-            routed = [([], []) for _ in self.policies]
             for i, state, to in zip(rows, states, routes, strict=True):
                 mine, theirs = routed[to]
                 mine.append(i)

@@ -56,13 +56,11 @@ def jacobi_drafter(options: ProposerOptions, max_model_len: int) -> Drafter:
                 as_is]
 
     def route(step: VerifyStep, rows: list[int]) -> list[int]:
+        adaptive = step.greedy[np.asarray(rows, dtype=np.int64)] & options.adaptive
+        to = np.where(adaptive, ADAPTIVE, FIXED)
         if None in step.req_ids:  # a step that was not captured: the block as it is
-            return [UNCAPTURED if step.req_ids[i] is None else
-                    ADAPTIVE if options.adaptive and step.greedy[i] else FIXED for i in rows]
-        if not options.adaptive:
-            return [FIXED] * len(rows)
-        return np.where(step.greedy[np.asarray(rows, dtype=np.int64)], ADAPTIVE,
-                        FIXED).tolist()
+            to[[step.req_ids[i] is None for i in rows]] = UNCAPTURED
+        return to.tolist()
 
     drafter = Drafter(sources, policies, route, table)
     if options.adaptive and options.measure_cost:

@@ -244,6 +244,7 @@ class Adaptive:
         drafts = [EMPTY] * len(rows)
         restarts = [j for j in chosen.tolist() if bare[j] and best[j] == self._tail
                     and sized[rows[j]] > 0]
+        drawn: list[np.ndarray] = []
         if restarts:
             drawn = sources[self.restart].propose(
                 step, [rows[j] for j in restarts], [lengths[j] for j in restarts],
@@ -255,9 +256,7 @@ class Adaptive:
             if n and not (bare[j] and best[j] == self._tail):
                 drafts[j] = candidates[self.names[best[j]]][j][:n]
         if self.recorder is not None:
-            blocks = dict(zip(restarts, drawn, strict=True)) if restarts else None
-            self.recorder.record(step, rows, candidates, drafts, (knee, floor), blocks,
-                                 self.restart)
+            self._record(step, rows, candidates, drafts, restarts, drawn)
         return drafts
 
     def _draft_small(self, step: VerifyStep, rows: Sequence[int],
@@ -314,6 +313,7 @@ class Adaptive:
         drafts = [EMPTY] * len(rows)
         restarts = [j for j, s, _ in chosen if s == tail and not len(candidates[names[tail]][j])
                     and sized.get(j)]
+        drawn: list[np.ndarray] = []
         if restarts:
             drawn = sources[self.restart].propose(
                 step, [rows[j] for j in restarts], [lengths[j] for j in restarts],
@@ -325,11 +325,17 @@ class Adaptive:
             if n and j not in restarts:
                 drafts[j] = candidates[names[s]][j][:n]
         if self.recorder is not None:
-            blocks = dict(zip(restarts, drawn, strict=True)) if restarts else None
-            self.recorder.record(step, rows, candidates, drafts, (knee, floor), blocks,
-                                 self.restart)
+            self._record(step, rows, candidates, drafts, restarts, drawn)
         return drafts
 
+
+    def _record(self, step: VerifyStep, rows: Sequence[int], candidates: Mapping[str, list],
+                drafts: list[np.ndarray], restarts: list[int], drawn: list[np.ndarray]) -> None:
+        """Log the step's candidates, the restart blocks drawn among them (``recorder``)."""
+        assert self.recorder is not None
+        self.recorder.record(step, rows, candidates, drafts,
+                             (self.cost.knee_tokens, self.cost.floor_tokens),
+                             dict(zip(restarts, drawn, strict=True)), self.restart)
 
 def _sized_small(step: VerifyStep, rows: Sequence[int], lengths: list[int],
                  chosen: list[tuple[int, int, list[float]]], knee: float, floor: float,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -54,6 +55,21 @@ def allocator_env(allocator: str) -> dict[str, str]:
         raise RuntimeError("jemalloc: the ray wheel's libjemalloc.so is not installed "
                            "(pip install ray); or use glibc's allocator")
     return {"LD_PRELOAD": lib}
+
+
+def add_allocator_option(parser: argparse.ArgumentParser) -> None:
+    """``--allocator jemalloc|glibc``: the server's malloc (:func:`allocator_env`)."""
+    parser.add_argument("--allocator", choices=["jemalloc", "glibc"], default="jemalloc",
+                        help="the server's malloc: jemalloc preloaded, as docs/platform-cpu.md "
+                        "serve command does, or glibc's own")
+
+
+def allocator_env_of(parser: argparse.ArgumentParser, allocator: str) -> dict[str, str]:
+    """:func:`allocator_env`, a missing jemalloc reported as a command-line error."""
+    try:
+        return allocator_env(allocator)
+    except RuntimeError as exc:
+        parser.error(f"--allocator {exc}, or pass --allocator glibc")
 
 
 def serve_command(model: str, port: int, *extra: str) -> list[str]:
@@ -137,9 +153,25 @@ def read_metrics(base_url: str, prefix: str = "vllm:spec_decode") -> dict[str, f
 STATE_LINE = re.compile(r"vllm-cllm: state held for (\d+) requests")
 
 
-def held_state_counts(log: Path) -> list[int]:
-    """Every count of requests the proposer held state for, in the server log's order."""
-    return [int(m) for m in STATE_LINE.findall(log.read_text(errors="replace"))]
+def held_state(log: Path) -> dict[str, int | None]:
+    """How many requests the proposer held state for, from the server log: the most at any
+    time (``state_held_max``) and at the end (``state_held_last``); None without a report."""
+    counts = [int(m) for m in STATE_LINE.findall(log.read_text(errors="replace"))]
+    return {"state_held_max": max(counts) if counts else None,
+            "state_held_last": counts[-1] if counts else None}
+
+
+@contextmanager
+def watched_server(model: str, spec_config: str, log_path: Path,
+                   extra_env: dict[str, str]) -> Iterator[tuple[str, int]]:
+    """:func:`running_server` with ``--speculative-config spec_config``, the proposer
+    reporting the requests it holds state for (:func:`held_state`): its base URL and the API
+    server's pid (whose process tree is the server's memory)."""
+    from vllm_cllm.proposers.base import LOG_STATE_ENV
+
+    with running_server(model, "--speculative-config", spec_config, log_path=str(log_path),
+                        extra_env={LOG_STATE_ENV: "1", **extra_env}) as base:
+        yield base, server_pid(int(base.rsplit(":", 1)[1]))
 
 
 def server_pid(port: int) -> int:

@@ -94,14 +94,15 @@ class NgramFill:
     def __init__(self, ngram_min: int, ngram_max: int, max_model_len: int) -> None:
         self.ngram_min, self.ngram_max, self.max_model_len = ngram_min, ngram_max, max_model_len
 
-    def _room(self, context: np.ndarray, num_tokens: int) -> int:
-        """Tokens a continuation may have (0: none, or too short a context to search)."""
-        if len(context) <= self.ngram_min:
+    def room(self, length: int, num_tokens: int) -> int:
+        """Tokens a continuation of a context of ``length`` tokens may have (0: none, or too
+        short a context to search)."""
+        if length <= self.ngram_min:
             return 0
-        return max(0, min(num_tokens, self.max_model_len - len(context)))
+        return max(0, min(num_tokens, self.max_model_len - length))
 
     def __call__(self, context: np.ndarray, num_tokens: int) -> np.ndarray:
-        num_tokens = self._room(context, num_tokens)
+        num_tokens = self.room(len(context), num_tokens)
         if num_tokens == 0:
             return context[:0]
         return longest_ngram_continuation(np.asarray(context), self.ngram_min, self.ngram_max,
@@ -244,7 +245,7 @@ class RequestNgrams:
         usual: list[np.ndarray] = []
         latest: list[np.ndarray] = []
         fill, part, token_ids, committed = self.fill, self.part, step.token_ids, step.committed
-        ngram_min, ngram_max, max_model_len = fill.ngram_min, fill.ngram_max, fill.max_model_len
+        ngram_min, ngram_max = fill.ngram_min, fill.ngram_max
         ends = step.num_tokens[np.asarray(rows, dtype=np.int64)].tolist()
         for i, n, end, state in zip(rows, lengths, ends, states, strict=True):
             row = token_ids[i]
@@ -252,10 +253,9 @@ class RequestNgrams:
             if index is None:
                 index = state.parts[part] = NgramIndex(ngram_min, ngram_max)
             index.extend_row(row, end, committed[i])
-            # as NgramFill._room: nothing from too short a context, nothing past the model
-            n = 0 if end <= ngram_min else min(n, max_model_len - end)
+            n = fill.room(end, n)
             context = row[:end]
-            found = index.starts(context) if n > 0 else None
+            found = index.starts(context) if n else None
             if found is None:
                 usual.append(EMPTY)
                 latest.append(EMPTY)
