@@ -25,8 +25,10 @@ def reference(tiny_path):
 
 @pytest.fixture(scope="module")
 def llm(tiny_path, reference):
+    # the cost model pinned (no timed fit): whether this engine drafts must not depend on timing
     yield from module_engine(tiny_path, {"method": "jacobi", "num_speculative_tokens": K,
-                                         "fill": "hybrid"})
+                                         "fill": "hybrid", "knee_tokens": 24,
+                                         "floor_tokens": 28})
 
 
 def test_seeded_sampling_is_reproducible(llm):
