@@ -81,7 +81,7 @@ def test_the_proposer_feeds_its_timed_steps_to_the_measurement(monkeypatch):
 
     proposer = jacobi(k=4, measure_cost=True)
     measurement = proposer.drafter.cost_measurement
-    clock = iter(np.arange(0.0, 100.0, 0.5))
+    clock = iter(np.arange(0.0, 100.0, 0.5))  # each call of the clock: half a second on
     monkeypatch.setattr(base.time, "perf_counter", lambda: float(next(clock)))
     tokens = np.zeros((1, 50), dtype=np.int64)
     for n in range(3):
@@ -93,8 +93,14 @@ def test_the_proposer_feeds_its_timed_steps_to_the_measurement(monkeypatch):
         proposer.retain_requests({"r"}, {"r"}, scheduled_tokens=3)
         proposer.predictions = predictions(["r"], [[5, 6, 7]])  # 2 drafts verified
         proposer.propose([[5]], np.array([13 + n]), tokens)
-    assert list(measurement.samples) == [(3, 0.5)] * 3
+    # each step timed from its start to the next one's (the last one's at the next call)
+    assert list(measurement.samples) == [(3, 0.5)] * 2
     proposer.retain_requests({"r"}, {"r"})  # a caller without the token count: not timed
+    assert list(measurement.samples) == [(3, 0.5)] * 3
     proposer.predictions = predictions(["r"], [[5]])
     proposer.propose([[5]], np.array([17]), tokens)
+    proposer.retain_requests({"s"}, {"s"}, scheduled_tokens=1)
+    proposer.predictions = predictions(["s"], [[5]])
+    proposer.propose([[5]], np.array([17]), tokens)
+    proposer.retain_requests({"t"}, {"t"}, scheduled_tokens=1)  # none of the batch before it
     assert len(measurement.samples) == 3

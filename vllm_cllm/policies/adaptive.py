@@ -95,6 +95,22 @@ class Outcome:
     small: tuple[list[list[int]], list[list[int]]] | None = None
     cell_previous: int = UNDRAFTED  # the outcome cell the candidates were valued in
     previous: int = UNDRAFTED
+    #: candidates of a step in which the request drafted nothing, kept until the tokens it
+    #: commits afterwards decide every one of them (:class:`Shadow`)
+    shadow: Shadow | None = None
+
+
+@dataclass
+class Shadow:
+    """Candidates of a request that drafted nothing in the step after them: vLLM committed
+    one token, which tells only their first position. They are counted once the tokens the
+    request commits in later steps, from ``start`` on, decide each of them (a miss, or its
+    whole length known), so that the cells past the first position learn without drafting."""
+
+    grid: np.ndarray  # [S, K] the candidates' tokens, -1 past each
+    votes: np.ndarray  # [S, K]
+    cell_previous: int
+    start: int  # where the candidates' first token lies in the request's context
 
 
 class Adaptive:
@@ -124,7 +140,7 @@ class Adaptive:
     def observe(self, step: VerifyStep, rows: Sequence[int],
                 states: Sequence[RequestState]) -> list[Outcome]:
         """Value last step's candidates against what vLLM committed."""
-        outcomes, seen = [], []
+        outcomes, seen, shadows = [], [], []
         for i, state in zip(rows, states, strict=True):
             outcome = state.parts.get(self.part)
             if outcome is None:
@@ -132,12 +148,73 @@ class Adaptive:
             else:
                 outcome.previous = (HIT if len(step.committed[i]) > 1 else MISSED) \
                     if state.last_drafted else UNDRAFTED
+                if outcome.shadow is not None:
+                    shadows.append((i, outcome))
                 if outcome.batch is not None or outcome.small is not None:
                     seen.append((i, outcome))
             outcomes.append(outcome)
+        if shadows:
+            self._count_shadows(step, shadows)
+        if seen:
+            undrafted = [not state.last_drafted for state in states]
+            if any(undrafted):
+                seen = self._defer(step, seen, {i for i, u in zip(rows, undrafted,
+                                                                  strict=True) if u})
         if seen:
             self._count(step, seen)
         return outcomes
+
+    def _defer(self, step: VerifyStep, seen: list[tuple[int, Outcome]], undrafted: set[int]
+               ) -> list[tuple[int, Outcome]]:
+        """Keep as a :class:`Shadow` the candidates of each request in ``undrafted`` (it drafted
+        nothing, so vLLM committed one token) that this token does not decide, where the
+        request has no shadow yet; the records left to count now."""
+        counted = []
+        for i, outcome in seen:
+            if i not in undrafted or outcome.shadow is not None:
+                counted.append((i, outcome))
+                continue
+            grid, votes = _record_arrays(outcome)
+            first = step.committed[i][:1]
+            open_ = (grid[:, 1] >= 0) & (grid[:, 0] == first[0]) if first and \
+                grid.shape[1] > 1 else np.zeros(len(grid), dtype=bool)
+            if not open_.any():
+                counted.append((i, outcome))
+                continue
+            outcome.shadow = Shadow(grid, votes, outcome.cell_previous, step.prompt_end(i))
+            outcome.batch = outcome.small = None
+        return counted
+
+    def _count_shadows(self, step: VerifyStep, shadows: list[tuple[int, Outcome]]) -> None:
+        """Count, in order, the shadows that the tokens committed since them decide; keep
+        the others."""
+        done = []
+        for i, outcome in shadows:
+            shadow = outcome.shadow
+            assert shadow is not None
+            width = shadow.grid.shape[1]
+            known = step.token_ids[i, shadow.start:min(int(step.num_tokens[i]),
+                                                       shadow.start + width)]
+            n = len(known)
+            lengths = (shadow.grid >= 0).sum(axis=1)
+            missed = (shadow.grid[:, :n] != known).any(axis=1)
+            if n >= width or bool(np.all(missed | (lengths <= n))):
+                done.append((shadow, known))
+                outcome.shadow = None
+        if not done:
+            return
+        width = max(shadow.grid.shape[1] for shadow, _ in done)
+        grid = np.full((len(done), len(self.names), width), -1, dtype=np.int64)
+        votes = np.zeros(grid.shape, dtype=np.int64)
+        known = np.full((len(done), width), -2, dtype=np.int64)
+        num_known = np.zeros(len(done), dtype=np.int64)
+        previous = np.zeros(len(done), dtype=np.int64)
+        for r, (shadow, tokens) in enumerate(done):
+            w = shadow.grid.shape[1]
+            grid[r, :, :w], votes[r, :, :w] = shadow.grid, shadow.votes
+            known[r, :len(tokens)], num_known[r] = tokens, len(tokens)
+            previous[r] = shadow.cell_previous
+        self.acceptance.observe_grid(self._rows, grid, votes, previous, known, num_known)
 
     def _count(self, step: VerifyStep, seen: list[tuple[int, Outcome]]) -> None:
         """Count the candidates of ``seen`` (request, its record) against what vLLM
@@ -366,6 +443,20 @@ def _sized_small(step: VerifyStep, rows: Sequence[int], lengths: list[int],
         taken[j] = taken.get(j, 0) + 1
     plain = batch / step_cost(batch, knee, floor)
     return taken if rate > plain * (1 + DRAFT_MARGIN) else {}
+
+
+def _record_arrays(outcome: Outcome) -> tuple[np.ndarray, np.ndarray]:
+    """A request's record of last step's candidates as ([S, K] tokens, -1 past each; votes)."""
+    if outcome.batch is not None:
+        return outcome.batch[0][outcome.row], outcome.batch[1][outcome.row]
+    assert outcome.small is not None
+    tokens, marks = outcome.small
+    width = max((len(t) for t in tokens), default=0)
+    grid = np.full((len(tokens), width), -1, dtype=np.int64)
+    votes = np.zeros(grid.shape, dtype=np.int64)
+    for s, (mine, vote) in enumerate(zip(tokens, marks, strict=True)):
+        grid[s, :len(mine)], votes[s, :len(vote)] = mine, vote
+    return grid, votes
 
 
 def _record_width(outcome: Outcome) -> int:

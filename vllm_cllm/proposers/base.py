@@ -66,8 +66,11 @@ class SelfDraftingProposer:
             self.drafter.cost_measurement.log = _info
             _info(f"measuring the step cost while serving, from knee "
                   f"{self.options.knee_tokens}, floor {self.options.floor_tokens}")
-        #: when the current step began and the tokens it scheduled (the measured step cost)
+        #: when the current step began and the tokens it scheduled, and the same of the step
+        #: before where it is timed (the measured step cost: from one step's start to the next)
         self._step: tuple[float, int] | None = None
+        self._timed: tuple[float, int] | None = None
+        self._live: set[str] = set()
         self.predictions: VerifyPredictions | PendingPredictions | None = None
         self.captured_steps = 0  # verify steps whose predictions were captured
         self.greedy: set[str] = set()  # requests of the current batch that decode greedily
@@ -85,7 +88,15 @@ class SelfDraftingProposer:
         """A new step begins: last step's capture is spent, and every request not in
         ``live_req_ids`` is released; the step schedules ``scheduled_tokens`` tokens."""
         self.predictions = None
-        self._step = (time.perf_counter(), scheduled_tokens) if scheduled_tokens else None
+        now = time.perf_counter()
+        # a batch of none of the last step's requests may follow a wait for new ones
+        if self._timed is not None and self.drafter.cost_measurement is not None and \
+                not live_req_ids.isdisjoint(self._live):
+            started, tokens = self._timed
+            self.drafter.cost_measurement.add(tokens, now - started)
+        self._timed = None
+        self._live = live_req_ids
+        self._step = (now, scheduled_tokens) if scheduled_tokens else None
         self.greedy = greedy_req_ids or set()
         self.drafter.table.retain(live_req_ids)
         if self._log_state:
@@ -141,13 +152,13 @@ class SelfDraftingProposer:
         from vllm_cllm.core.step import VerifyStep
 
         predictions = self.take_predictions()
+        # A step is timed whole, from its start to the next step's (everything the engine
+        # does per step, this proposer included, is what a draft token must pay back), and
+        # only a step of decode and verify tokens: a prefill chunk's tokens cost less each
+        # than a verify step's, and would flatten the fitted slope.
         if self._step is not None and predictions is not None and \
-                self.drafter.cost_measurement is not None:
-            started, tokens = self._step
-            # only steps of decode and verify tokens: a prefill chunk's tokens cost less each
-            # than a verify step's, and would flatten the fitted slope
-            if tokens == len(predictions.flat):
-                self.drafter.cost_measurement.add(tokens, time.perf_counter() - started)
+                self._step[1] == len(predictions.flat):
+            self._timed = self._step
         self._step = None
         step = VerifyStep.from_vllm(sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
                                     predictions, self.greedy, self.block_len,
