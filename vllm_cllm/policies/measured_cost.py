@@ -5,8 +5,9 @@ The adaptive policy prices a verify step over ``N`` query tokens as
 its two parameters are fitted to the engine's own verify steps: each step's whole time (from
 its start to the next step's: the forward pass and everything the engine does around it,
 which a draft token must pay back too) against the tokens it scheduled; a step followed by a
-batch of none of its requests is left out (the engine may have waited for new ones). Seconds are
-``t = c · max(floor, knee + N)``, i.e. a flat part ``F = c·floor`` and a line ``a + b·N`` with ``knee = a / b``, ``floor = F / b``; only the ratios matter.
+batch of none of its requests is left out (the engine may have waited for new ones).
+Seconds are ``t = c · max(floor, knee + N)``, i.e. a flat part ``F = c·floor`` and a line
+``a + b·N`` with ``knee = a / b``, ``floor = F / b``; only the ratios matter.
 
 A fit is used only where the samples span a range of token counts and the fit explains
 them; a fit whose slope is zero or negative, whose parameters are out of range, or whose
