@@ -67,6 +67,21 @@ def test_a_good_fit_replaces_the_defaults_and_is_logged():
     assert "step cost measured" in said[0]
 
 
+def test_the_rest_of_a_step_adds_to_knee_and_floor_and_pauses_do_not_move_it():
+    """Steps of 1e-4 s per query token past a fixed part of 24 tokens (floor 28), each
+    followed by 2 ms of the rest of the engine's step, one in four by a pause of 1 s (an
+    engine taking turns): 20 query tokens more on knee and floor, the pauses ignored."""
+    tokens = np.repeat([1, 4, 16, 32, 64, 128], 12)
+    cost, said = CostModel(256, 0), []
+    measurement = CostMeasurement(cost, said.append, refit_every=len(tokens))
+    for n, (count, seconds) in enumerate(zip(tokens.tolist(), _steps(24, 28, tokens).tolist(),
+                                             strict=True)):
+        measurement.add(count, seconds, 1.0 if n % 4 == 3 else 0.002)
+    assert cost.knee_tokens == pytest.approx(44, abs=5)
+    assert cost.floor_tokens == pytest.approx(48, abs=8)
+    assert "2.00 ms per step besides the forward" in said[0]
+
+
 def test_explicit_knee_or_floor_switch_the_measurement_off():
     base = {"method": "jacobi", "num_speculative_tokens": 8}
     assert not parse_options({**base, "knee_tokens": 64}, max_k=128).measure_cost
@@ -93,8 +108,9 @@ def test_the_proposer_feeds_its_timed_steps_to_the_measurement(monkeypatch):
         proposer.retain_requests({"r"}, {"r"}, scheduled_tokens=3)
         proposer.predictions = predictions(["r"], [[5, 6, 7]])  # 2 drafts verified
         proposer.propose([[5]], np.array([13 + n]), tokens)
-    # each step timed from its start to the next one's (the last one's at the next call)
+    # each step's forward (start to predictions), and its rest at the next step's start
     assert list(measurement.samples) == [(3, 0.5)] * 2
+    assert list(measurement.rests) == [0.5] * 2
     proposer.retain_requests({"r"}, {"r"})  # a caller without the token count: not timed
     assert list(measurement.samples) == [(3, 0.5)] * 3
     proposer.predictions = predictions(["r"], [[5]])
@@ -103,4 +119,4 @@ def test_the_proposer_feeds_its_timed_steps_to_the_measurement(monkeypatch):
     proposer.predictions = predictions(["s"], [[5]])
     proposer.propose([[5]], np.array([17]), tokens)
     proposer.retain_requests({"t"}, {"t"}, scheduled_tokens=1)  # none of the batch before it
-    assert len(measurement.samples) == 3
+    assert len(measurement.samples) == 4 and len(measurement.rests) == 3  # its rest unknown

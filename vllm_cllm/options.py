@@ -165,9 +165,11 @@ OPTIONS: tuple[Option, ...] = (
            only={"jacobi": _ADAPTIVE},
            meaning="fit `knee_tokens` and `floor_tokens` to the engine's own timed verify "
                    "steps while it serves, starting from the values above",
-           doc="Each verify step's device time (from the step's start to its predictions on "
-               "the host) against the query tokens it scheduled, steps with a prefill chunk "
-               "left out; refitted every 64 steps over "
+           doc="Each verify step's forward time (from the step's start to its predictions "
+               "on the host) against the query tokens it scheduled, steps with a prefill "
+               "chunk left out, plus the median rest of a step (sampling, the proposer, "
+               "output, scheduling: from the predictions to the next step's start); refitted "
+               "every 64 steps over "
                "the last 1,024, and logged. A fit that does not explain the steps (too narrow "
                "a range of token counts, a zero or negative slope, a large error) is dropped "
                "with a log line and the values in use are kept. With tensor parallelism every "

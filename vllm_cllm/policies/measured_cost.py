@@ -2,12 +2,15 @@
 
 The adaptive policy prices a verify step over ``N`` query tokens as
 ``max(floor, knee + N)`` one-query-token units (:mod:`vllm_cllm.policies.cost_model`). Here
-its two parameters are fitted to the engine's own verify steps: each step's whole time (from
-its start to the next step's: the forward pass and everything the engine does around it,
-which a draft token must pay back too) against the tokens it scheduled; a step followed by a
-batch of none of its requests is left out (the engine may have waited for new ones).
-Seconds are ``t = c · max(floor, knee + N)``, i.e. a flat part ``F = c·floor`` and a line
-``a + b·N`` with ``knee = a / b``, ``floor = F / b``; only the ratios matter.
+its two parameters are fitted to the engine's own verify steps: each step's forward time
+(from its start to its predictions on the host) against the tokens it scheduled, plus the
+rest of a step (from the predictions to the next step's start: sampling, this proposer,
+output, scheduling), which a draft token must pay back too but which does not grow with
+the draft tokens. Seconds of the forward are ``t = c · max(floor, knee + N)``, i.e. a flat
+part ``F = c·floor`` and a line ``a + b·N`` with ``knee = a / b``, ``floor = F / b``; the
+median rest ``r`` adds ``r / c`` to both (where there is a floor); only ratios matter. The
+rest is a median over the last steps: a step followed by a pause (the engine waiting for
+requests, or taking turns with other engines) does not move it.
 
 A fit is used only where the samples span a range of token counts and the fit explains
 them; a fit whose slope is zero or negative, whose parameters are out of range, or whose
@@ -45,6 +48,14 @@ class Fit:
     seconds_per_token: float
     error: float
     bins: int
+    #: the median rest of a step (seconds), in ``knee_tokens`` and ``floor_tokens``
+    rest_seconds: float = 0.0
+
+    def with_rest(self, seconds: float) -> Fit:
+        """The fit with the rest of a step, ``seconds``, added to its cost."""
+        extra = max(0.0, seconds) / self.seconds_per_token
+        return Fit(self.knee_tokens + extra, self.floor_tokens + extra if self.floor_tokens
+                   else 0.0, self.seconds_per_token, self.error, self.bins, max(0.0, seconds))
 
 
 def fit_step_cost(tokens: np.ndarray, seconds: np.ndarray) -> Fit | str:
@@ -93,6 +104,7 @@ class CostMeasurement:
         self.cost = cost
         self.prior = (cost.knee_tokens, cost.floor_tokens)
         self.samples: deque[tuple[int, float]] = deque(maxlen=window)
+        self.rests: deque[float] = deque(maxlen=window)
         self.refit_every = refit_every
         self.log = log or (lambda message: None)
         self.fits: list[Fit] = []
@@ -100,8 +112,11 @@ class CostMeasurement:
         self._dropped = 0
         self._last_reason = ""
 
-    def add(self, query_tokens: int, seconds: float) -> None:
-        """One verify step over ``query_tokens`` took ``seconds`` on the device."""
+    def add(self, query_tokens: int, seconds: float, rest: float | None = None) -> None:
+        """One verify step over ``query_tokens`` took ``seconds`` to its predictions and
+        ``rest`` more to the next step's start (None: not known)."""
+        if rest is not None and np.isfinite(rest) and rest >= 0:
+            self.rests.append(float(rest))
         if query_tokens <= 0 or not np.isfinite(seconds) or seconds <= 0:
             if not self._dropped:
                 self.log(f"dropped a verify step timed at {seconds!r} s over {query_tokens} "
@@ -125,10 +140,13 @@ class CostMeasurement:
                 self.log(f"no step-cost fit from {len(tokens)} steps ({found}); keeping knee "
                          f"{self.cost.knee_tokens:.0f}, floor {self.cost.floor_tokens:.0f}")
             return None
+        if self.rests:
+            found = found.with_rest(float(np.median(self.rests)))
         self.fits.append(found)
         self.cost.knee_tokens, self.cost.floor_tokens = found.knee_tokens, found.floor_tokens
         self.log(f"step cost measured over {len(tokens)} steps: knee {found.knee_tokens:.0f}, "
                  f"floor {found.floor_tokens:.0f} query tokens, "
-                 f"{found.seconds_per_token * 1e6:.1f} us per query token "
+                 f"{found.seconds_per_token * 1e6:.1f} us per query token, "
+                 f"{found.rest_seconds * 1e3:.2f} ms per step besides the forward "
                  f"(median error {found.error:.0%} over {found.bins} bins)")
         return found

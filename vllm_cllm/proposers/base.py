@@ -66,10 +66,10 @@ class SelfDraftingProposer:
             self.drafter.cost_measurement.log = _info
             _info(f"measuring the step cost while serving, from knee "
                   f"{self.options.knee_tokens}, floor {self.options.floor_tokens}")
-        #: when the current step began and the tokens it scheduled, and the same of the step
-        #: before where it is timed (the measured step cost: from one step's start to the next)
+        #: when the current step began and the tokens it scheduled; of the step before, where
+        #: it is timed, also the seconds to its predictions (the measured step cost)
         self._step: tuple[float, int] | None = None
-        self._timed: tuple[float, int] | None = None
+        self._timed: tuple[float, int, float] | None = None
         self._live: set[str] = set()
         self.predictions: VerifyPredictions | PendingPredictions | None = None
         self.captured_steps = 0  # verify steps whose predictions were captured
@@ -89,11 +89,12 @@ class SelfDraftingProposer:
         ``live_req_ids`` is released; the step schedules ``scheduled_tokens`` tokens."""
         self.predictions = None
         now = time.perf_counter()
-        # a batch of none of the last step's requests may follow a wait for new ones
-        if self._timed is not None and self.drafter.cost_measurement is not None and \
-                not live_req_ids.isdisjoint(self._live):
-            started, tokens = self._timed
-            self.drafter.cost_measurement.add(tokens, now - started)
+        if self._timed is not None and self.drafter.cost_measurement is not None:
+            started, tokens, forward = self._timed
+            # the rest of the last step (this proposer, sampling, output, scheduling), unless
+            # none of its requests is here: the engine may have waited for new ones
+            rest = now - started - forward if not live_req_ids.isdisjoint(self._live) else None
+            self.drafter.cost_measurement.add(tokens, forward, rest)
         self._timed = None
         self._live = live_req_ids
         self._step = (now, scheduled_tokens) if scheduled_tokens else None
@@ -152,13 +153,14 @@ class SelfDraftingProposer:
         from vllm_cllm.core.step import VerifyStep
 
         predictions = self.take_predictions()
-        # A step is timed whole, from its start to the next step's (everything the engine
-        # does per step, this proposer included, is what a draft token must pay back), and
-        # only a step of decode and verify tokens: a prefill chunk's tokens cost less each
-        # than a verify step's, and would flatten the fitted slope.
+        # A step is timed from its start to its predictions (the forward pass, which grows
+        # with the tokens) and on to the next step's start (the rest, about the same for any
+        # draft length), and only a step of decode and verify tokens: a prefill chunk's
+        # tokens cost less each than a verify step's, and would flatten the fitted slope.
         if self._step is not None and predictions is not None and \
                 self._step[1] == len(predictions.flat):
-            self._timed = self._step
+            started, tokens = self._step
+            self._timed = (started, tokens, time.perf_counter() - started)
         self._step = None
         step = VerifyStep.from_vllm(sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
                                     predictions, self.greedy, self.block_len,
