@@ -10,7 +10,10 @@ before it were. Agreement is the strongest signal there is: a lookup token that 
 tail also predicts is accepted far more often than one it contradicts (docs/decisions.md).
 
 The estimates are learned from every candidate (drafted or not) on the positions whose
-outcome the committed tokens reveal, so a source that is not being drafted is still measured.
+outcome the committed tokens reveal, so a source that is not being drafted is still measured;
+a request that drafts nothing has its candidates counted once the tokens it commits over the
+next steps decide them (:class:`vllm_cllm.policies.adaptive.Shadow`), so that positions past
+the first learn without drafting.
 Counts start at a prior of 30 % and are halved when they grow large, so the estimates follow
 the workload. Every tensor-parallel rank sees the same committed tokens in the same order and
 so holds the same estimates.
