@@ -170,3 +170,22 @@ def test_the_default_drafts_a_strong_jacobi_tail_over_worse_lookups():
             break
     assert from_tail >= len(committed) // 3  # every step that has a tail drafts it
     assert np.mean(committed[10:]) > 3.0  # fixed-order hybrid, lookups first: ~1.2 here
+
+
+def test_undrafted_requests_learn_the_later_positions():
+    """Requests that draft nothing (every draft token would cost far more than it could
+    yield) still learn how their candidates fare past the first position: the tokens they
+    commit one per step decide the candidates of the step each one was made in. On
+    repeating text the lookups' later positions come out right nearly always, and nothing
+    but the positions' cells changes what is drafted."""
+    busy = [f"r{i}" for i in range(4)]
+    proposer = _learned_proposer(k=4, knee=1, floor=0)
+    proposer.drafter.policies[1].cost.knee_tokens = 1e-6  # nothing pays: no drafts
+    made = verify_and_propose(proposer, busy, 40)
+    assert sum(made) == 0
+    table = proposer.drafter.policies[1].acceptance
+    suffix = table.sources.index("suffix")
+    trials = table.trials[suffix, 1:4].sum()
+    rates = table.accepted[suffix, 1:4] / table.trials[suffix, 1:4]
+    assert trials > 3 * 4 * 3 * 4 + 30  # beyond the prior of every cell of those positions
+    assert rates.max() > 0.8
