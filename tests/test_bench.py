@@ -105,6 +105,19 @@ def test_configurations_cover_every_method_and_model():
     assert BenchPlan(rounds=3).fingerprint() == BenchPlan().fingerprint()  # rounds reuse it
 
 
+def test_jacobi_options_go_where_they_apply_and_rename_the_rows():
+    from vllm_cllm.bench.suite import with_jacobi_options
+
+    pinned = with_jacobi_options(configurations(15), {"knee_tokens": 24, "floor_tokens": 28})
+    changed = [c for c in pinned if c.spec and c.spec.get("knee_tokens") == 24]
+    assert {c.model for c in changed} == {"base", "cllm"}
+    assert all(c.method == "jacobi k=15 floor_tokens=28 knee_tokens=24" for c in changed)
+    # fixed k takes no cost model (it would be refused): left as it is, as is every other method
+    untouched = [c for c in pinned if c not in changed]
+    assert untouched == [c for c in configurations(15)
+                         if not (c.spec and c.method == "jacobi k=15")]
+
+
 class _FakeEngine:
     """Each step gives every unfinished request two tokens, until it has ``length``."""
 

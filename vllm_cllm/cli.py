@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 
@@ -38,7 +39,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from vllm_cllm.bench.report import write_results
-    from vllm_cllm.bench.suite import MODELS, BenchPlan, configurations, run, suffix_available
+    from vllm_cllm.bench.suite import (
+        MODELS,
+        BenchPlan,
+        configurations,
+        run,
+        suffix_available,
+        with_jacobi_options,
+    )
     from vllm_cllm.runtime.checkpoints import model_path
 
     plan = BenchPlan.quick() if args.quick else BenchPlan()
@@ -57,6 +65,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         configs = [c for c in configs if c.model in args.only]
     if args.methods:
         configs = [c for c in configs if c.method == "none" or c.method in args.methods]
+    if args.jacobi:
+        configs = with_jacobi_options(configs, json.loads(args.jacobi))
     dirs = {label: str(model_path(name)) for label, name in MODELS.items()}
     out = Path(args.out)
     rows = run(plan, out, dirs, configs)
@@ -127,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only these data sets")
     p.add_argument("--rounds", type=int, default=1, help="interleaved rounds per configuration "
                    "(median speed-up of per-round ratios; default 1)")
+    p.add_argument("--jacobi", metavar="JSON", help="options added to every jacobi "
+                   "configuration, named in its method, e.g. '{\"knee_tokens\": 24, "
+                   "\"floor_tokens\": 28}' (a cost model that does not depend on timing)")
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("device-check", help="check the GPU path (kernels, capture, timings, "

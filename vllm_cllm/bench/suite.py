@@ -111,6 +111,29 @@ def configurations(k: int, with_suffix: bool = True, quick: bool = False) -> lis
     return [c for c in configs if with_suffix or c.method != "suffix"]
 
 
+def with_jacobi_options(configs: list[BenchConfig], options: dict[str, Any]
+                        ) -> list[BenchConfig]:
+    """``options`` added to every ``jacobi`` configuration that takes them (the adaptive
+    cost model's, say, to the default and not to fixed k), and named in its method: its rows
+    then never mix with the plain configuration's in a results folder."""
+    from vllm_cllm.errors import ConfigError
+    from vllm_cllm.options import parse_options
+
+    named = " ".join(f"{key}={value}" for key, value in sorted(options.items()))
+    out = []
+    for config in configs:
+        if config.spec is not None and config.spec.get("method") == "jacobi":
+            spec = {**config.spec, **options}
+            try:
+                parse_options(spec, max_k=spec["num_speculative_tokens"])
+            except ConfigError:
+                out.append(config)
+                continue
+            config = BenchConfig(config.model, f"{config.method} {named}", spec)
+        out.append(config)
+    return out
+
+
 def prompt_sets(plan: BenchPlan, tokenizer: Any) -> dict[str, list[str]]:
     """Enough prompts per data set for disjoint groups (:func:`groups`); chat template except
     for HumanEval (code completion)."""
