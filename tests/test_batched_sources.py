@@ -96,8 +96,8 @@ def test_acceptance_over_a_step_counts_and_halves_as_request_by_request():
         known = np.full((batch, k), -2, dtype=np.int64)
         for r, c in enumerate(committed):
             known[r, :min(k, len(c))] = c[:k]
-        grid.observe_grid(rows, cells, grid.grid_votes(cells), previous, known,
-                          np.array([len(c) for c in committed]))
+        grid.observe_grid(grid.cell_index(rows, grid.grid_votes(cells), previous), cells,
+                          known, np.array([len(c) for c in committed]))
         assert np.array_equal(one.trials, grid.trials)
         assert np.array_equal(one.accepted, grid.accepted)
     assert halvings > 40 and grid.trials.max() <= HALVE_AT
@@ -117,7 +117,7 @@ def test_grid_values_and_best_candidates_match_the_per_request_ones():
                 cells[r, s, :len(candidates[name])] = candidates[name]
         votes = table.grid_votes(cells)
         assert votes.max() <= MAX_VOTES
-        values = table.grid_values(np.arange(len(NAMES)), votes, previous)
+        values = table.grid_values(table.cell_index(np.arange(len(NAMES)), votes, previous))
         lengths = (cells >= 0).sum(axis=-1)
         knee, margin = float(rng.choice([8, 64, 2048])), 0.3
         best = best_candidates(values, lengths, knee, 0.0, margin)

@@ -109,63 +109,72 @@ class TokenAcceptance:
         same = (grid[:, :, None, :] == grid[:, None, :, :]) & present[:, None, :, :]
         return np.minimum(same.sum(axis=2) - 1, MAX_VOTES)
 
-    def grid_values(self, rows: np.ndarray, votes: np.ndarray,
-                    previous: np.ndarray) -> np.ndarray:
-        """:meth:`values` for every candidate of a grid: ``rows`` [S] each slot's source row,
-        ``votes`` [R, S, K] (:meth:`grid_votes`), ``previous`` [R] (or [R, S]) the outcome
-        cell; [R, S, K], valid up to each candidate's length (a prefix of the cumulative
-        product does not depend on what lies past it)."""
-        rates = self.accepted / self.trials
-        positions = np.minimum(np.arange(votes.shape[-1]), POSITIONS - 1)
+    def cell_index(self, rows: np.ndarray, votes: np.ndarray,
+                   previous: np.ndarray) -> np.ndarray:
+        """Each token's cell of a grid as one flat index into the table (``trials.reshape(-1)``):
+        ``rows`` [S] each slot's source row, ``votes`` [R, S, K] (:meth:`grid_votes`),
+        ``previous`` [R] (or [R, S]) the outcome cell; [R, S, K]. A request's cells are worked
+        out once, when it drafts: they value its candidates then and count them once vLLM has
+        committed (:meth:`observe_grid`)."""
+        _, positions, num_votes, num_previous = self.trials.shape
+        position = np.minimum(np.arange(votes.shape[-1]), positions - 1)
         prev = previous[:, None, None] if previous.ndim == 1 else previous[:, :, None]
-        return np.cumprod(rates[rows[None, :, None], positions[None, None, :], votes, prev],
-                          axis=-1)
+        return ((rows[:, None] * positions + position) * num_votes + votes) * num_previous \
+            + prev
 
-    def observe_grid(self, rows: np.ndarray, grid: np.ndarray, votes: np.ndarray,
-                     previous: np.ndarray, known: np.ndarray, num_known: np.ndarray) -> None:
-        """:meth:`observe` for R requests in order: ``grid``, ``votes`` [R, S, K] their
-        candidates of the last step (:meth:`grid_votes`), ``rows`` [S] the slots' source
-        rows, ``previous`` [R] their outcome cells, ``known`` [R, K] what vLLM committed
-        (``num_known`` [R] tokens of it valid). Counts are added a request at a time as the
-        per-request method does (each +1 in turn: :func:`_add_ones`), and crowded cells are
-        halved after exactly the request after which the per-request method halves them."""
+    def grid_values(self, cells: np.ndarray) -> np.ndarray:
+        """:meth:`values` for every candidate of a grid whose tokens are in ``cells`` [R, S, K]
+        (:meth:`cell_index`); valid up to each candidate's length (a prefix of the cumulative
+        product does not depend on what lies past it)."""
+        rates = (self.accepted / self.trials).reshape(-1)
+        return np.cumprod(rates[cells], axis=-1)
+
+    def observe_grid(self, cells: np.ndarray, grid: np.ndarray, known: np.ndarray,
+                     num_known: np.ndarray) -> None:
+        """:meth:`observe` for R requests in order: ``grid`` [R, S, K] their candidates of the
+        last step (-1 past each), ``cells`` [R, S, K] their tokens' cells (:meth:`cell_index`),
+        ``known`` [R, K] what vLLM committed (``num_known`` [R] tokens of it valid). Counts are
+        added a request at a time as the per-request method does (each +1 in turn:
+        :func:`_add_ones`), and crowded cells are halved after exactly the request after
+        which the per-request method halves them."""
         num_rows, _, width = grid.shape
         if not num_rows:
             return
         k = np.arange(width)
         lengths = (grid >= 0).sum(axis=-1)  # [R, S]; a candidate's tokens are a prefix
         n = np.minimum(lengths, num_known[:, None])
-        valid = k < n[:, :, None]
-        miss = valid & (grid != known[:, None, :])
+        miss = (k < n[:, :, None]) & (grid != known[:, None, :])
         missed = miss.any(axis=-1)
         first = np.where(missed, miss.argmax(axis=-1), n)
-        seen, hits = np.where(missed, first + 1, n), first  # trials up to the miss, hits before
+        seen = np.where(missed, first + 1, n)  # trials up to the miss, hits before it
+        tried_at = k < seen[:, :, None]
+        won_at = k < first[:, :, None]
+        tried_cells, won_cells = cells[tried_at], cells[won_at]
         size = self.trials.size
-        positions = np.minimum(k, POSITIONS - 1)
-        shape = self.trials.shape
-        cell = ((rows[None, :, None] * shape[1] + positions[None, None, :]) * shape[2]
-                + votes) * shape[3] + previous[:, None, None]  # [R, S, K] flat cell
-        offset = np.arange(num_rows)[:, None, None] * size + cell
-        tried = np.bincount(offset[k < seen[:, :, None]], minlength=num_rows * size)
-        won = np.bincount(offset[k < hits[:, :, None]], minlength=num_rows * size)
-        tried = tried.reshape(num_rows, size)
-        won = won.reshape(num_rows, size)
+        tried = np.bincount(tried_cells, minlength=size).astype(np.float64)
+        won = np.bincount(won_cells, minlength=size).astype(np.float64)
         trials, accepted = self.trials.reshape(-1), self.accepted.reshape(-1)
         # Cells are independent (a cell is halved when its own trials pass HALVE_AT), so the
         # cells that stay below it all step long take the step's counts at once, and only the
         # few crowded ones are followed request by request (add_cell_counts).
-        after = _add_ones(trials, tried.sum(axis=0).astype(np.float64))
-        crowded = after > HALVE_AT
-        calm = ~crowded
-        won_after = _add_ones(accepted, won.sum(axis=0).astype(np.float64))
+        after = _add_ones(trials, tried)
+        won_after = _add_ones(accepted, won)
+        crowded = np.flatnonzero(after > HALVE_AT)
+        if not len(crowded):
+            trials[:] = after
+            accepted[:] = won_after
+            return
+        calm = np.ones(size, dtype=bool)
+        calm[crowded] = False
         trials[calm] = after[calm]
         accepted[calm] = won_after[calm]
-        cells = np.flatnonzero(crowded)
-        if len(cells):
-            for c, mine, wins in zip(cells.tolist(), tried[:, cells].T.tolist(),
-                                     won[:, cells].T.tolist(), strict=True):
-                trials[c], accepted[c] = add_cell_counts(float(trials[c]), float(accepted[c]),
-                                                         mine, wins)
+        # each crowded cell's counts request by request: the request of every counted token
+        tried_rows, won_rows = np.nonzero(tried_at)[0], np.nonzero(won_at)[0]
+        for c in crowded.tolist():
+            mine = np.bincount(tried_rows[tried_cells == c], minlength=num_rows).tolist()
+            wins = np.bincount(won_rows[won_cells == c], minlength=num_rows).tolist()
+            trials[c], accepted[c] = add_cell_counts(float(trials[c]), float(accepted[c]),
+                                                     mine, wins)
 
 
 def add_ones_scalar(value: float, count: int) -> float:
@@ -223,10 +232,11 @@ def _add_ones(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     (what ``np.add.at`` does for repeated indices), without a loop per addition: additions
     that stay below the next power of two are exact, so each binade costs one addition of
     many ones and one rounded addition that crosses into the next."""
-    values = np.array(np.broadcast_to(values, counts.shape), dtype=np.float64)
     counts = np.asarray(counts, dtype=np.float64)
     direct = values + counts
     exact = direct - counts == values  # no rounding on the way (see the loop's argument)
+    if exact.all():  # the usual case: counts far below the next power of two
+        return direct
     out = np.where(exact, direct, values)
     todo = np.flatnonzero(~exact)
     if len(todo):

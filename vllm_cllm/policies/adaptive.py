@@ -14,7 +14,7 @@ cost at every batch size.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -86,14 +86,15 @@ def best_candidates(values: np.ndarray, lengths: np.ndarray, knee_tokens: float,
 @dataclass
 class Outcome:
     """A request's record (state part ``adaptive``): its candidates of the last step (row
-    ``row`` of that step's grid and votes, ``batch``, -1 past each candidate), valued once
-    vLLM has committed, and how its last draft fared."""
+    ``row`` of that step's grid and its tokens' cells, ``batch``, -1 past each candidate),
+    valued once vLLM has committed, and how its last draft fared."""
 
-    batch: tuple[np.ndarray, np.ndarray] | None = None  # ([R, S, K] grid, votes)
+    #: ([R, S, K] grid, cells: TokenAcceptance.cell_index, the outcome cell included)
+    batch: tuple[np.ndarray, np.ndarray] | None = None
     row: int = 0
     #: instead of ``batch`` after a small step: per candidate its tokens and their votes
     small: tuple[list[list[int]], list[list[int]]] | None = None
-    cell_previous: int = UNDRAFTED  # the outcome cell the candidates were valued in
+    cell_previous: int = UNDRAFTED  # the outcome cell the small step valued them in
     previous: int = UNDRAFTED
     #: candidates of a step in which the request drafted nothing, kept until the tokens it
     #: commits afterwards decide every one of them (:class:`Shadow`)
@@ -108,9 +109,23 @@ class Shadow:
     whole length known), so that the cells past the first position learn without drafting."""
 
     grid: np.ndarray  # [S, K] the candidates' tokens, -1 past each
-    votes: np.ndarray  # [S, K]
-    cell_previous: int
+    cells: np.ndarray  # [S, K] their cells (TokenAcceptance.cell_index)
     start: int  # where the candidates' first token lies in the request's context
+    #: each candidate's tokens (``grid``'s rows as lists): what the committed tokens are
+    #: compared with each step until they decide every candidate
+    tokens: list[list[int]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, grid: np.ndarray, cells: np.ndarray, start: int) -> Shadow:
+        return cls(grid, cells, start, [[t for t in row if t >= 0] for row in grid.tolist()])
+
+    def decided(self, known: list[int]) -> bool:
+        """Whether the tokens committed from ``start`` on (``known``, at most the grid's width)
+        decide every candidate: each missed among them or is no longer than them."""
+        n = len(known)
+        if n >= self.grid.shape[1]:
+            return True
+        return all(len(mine) <= n or mine[:n] != known for mine in self.tokens)
 
 
 class Adaptive:
@@ -134,6 +149,9 @@ class Adaptive:
         self._rows = np.array([self.acceptance.sources.index(n) for n in self.names])
         self._tail = self.names.index(self.tail)
         self._row_list: list[int] = self._rows.tolist()
+        #: per grid width, the cells of a restart block in the tail's slot: valued as the
+        #: tail it buys, drafted after a miss and agreeing with nothing
+        self._restart_cells: dict[int, np.ndarray] = {}
         #: logs each step's candidates where set (:mod:`vllm_cllm.policies.candidate_log`)
         self.recorder: CandidateLog | None = None
 
@@ -169,21 +187,43 @@ class Adaptive:
         """Keep as a :class:`Shadow` the candidates of each request in ``undrafted`` (it drafted
         nothing, so vLLM committed one token) that this token does not decide, where the
         request has no shadow yet; the records left to count now."""
-        counted = []
-        for i, outcome in seen:
-            if i not in undrafted or outcome.shadow is not None:
-                counted.append((i, outcome))
-                continue
-            grid, votes = _record_arrays(outcome)
-            first = step.committed[i][:1]
-            open_ = (grid[:, 1] >= 0) & (grid[:, 0] == first[0]) if first and \
-                grid.shape[1] > 1 else np.zeros(len(grid), dtype=bool)
-            if not open_.any():
-                counted.append((i, outcome))
-                continue
-            outcome.shadow = Shadow(grid, votes, outcome.cell_previous, step.prompt_end(i))
+        asked = [r for r, (i, outcome) in enumerate(seen)
+                 if i in undrafted and outcome.shadow is None]
+        if not asked:
+            return seen
+        outcomes = [seen[r][1] for r in asked]
+        # the first committed token (-2, which no candidate holds, where there is none)
+        firsts = np.array([(step.committed[seen[r][0]] or [-2])[0] for r in asked],
+                          dtype=np.int64)
+        batch = outcomes[0].batch
+        if batch is not None and all(outcome.batch is batch for outcome in outcomes):
+            which = np.array([outcome.row for outcome in outcomes], dtype=np.int64)
+            records = None  # rows ``which`` of the batch's grid and cells
+            grid = batch[0][which]
+        else:
+            records = [self._record_arrays(outcome) for outcome in outcomes]
+            width = max(tokens.shape[1] for tokens, _ in records)
+            grid = np.full((len(records), len(self.names), width), -1, dtype=np.int64)
+            for u, (tokens, _) in enumerate(records):
+                grid[u, :, :tokens.shape[1]] = tokens
+        # open: a candidate that agrees with the first token and goes on past it
+        if grid.shape[2] > 1:
+            opened = ((grid[:, :, 1] >= 0) & (grid[:, :, 0] == firsts[:, None])).any(axis=1)
+        else:
+            opened = np.zeros(len(asked), dtype=bool)
+        deferred = set()
+        for u in np.flatnonzero(opened).tolist():
+            r = asked[u]
+            i, outcome = seen[r]
+            if records is None:
+                assert batch is not None
+                tokens, cells = batch[0][outcome.row], batch[1][outcome.row]
+            else:
+                tokens, cells = records[u]
+            outcome.shadow = Shadow.of(tokens, cells, step.prompt_end(i))
             outcome.batch = outcome.small = None
-        return counted
+            deferred.add(r)
+        return [pair for r, pair in enumerate(seen) if r not in deferred]
 
     def _count_shadows(self, step: VerifyStep, shadows: list[tuple[int, Outcome]]) -> None:
         """Count, in order, the shadows that the tokens committed since them decide; keep
@@ -192,29 +232,23 @@ class Adaptive:
         for i, outcome in shadows:
             shadow = outcome.shadow
             assert shadow is not None
-            width = shadow.grid.shape[1]
             known = step.token_ids[i, shadow.start:min(int(step.num_tokens[i]),
-                                                       shadow.start + width)]
-            n = len(known)
-            lengths = (shadow.grid >= 0).sum(axis=1)
-            missed = (shadow.grid[:, :n] != known).any(axis=1)
-            if n >= width or bool(np.all(missed | (lengths <= n))):
+                                                       shadow.start + shadow.grid.shape[1])]
+            if shadow.decided(known.tolist()):
                 done.append((shadow, known))
                 outcome.shadow = None
         if not done:
             return
         width = max(shadow.grid.shape[1] for shadow, _ in done)
         grid = np.full((len(done), len(self.names), width), -1, dtype=np.int64)
-        votes = np.zeros(grid.shape, dtype=np.int64)
+        cells = np.zeros(grid.shape, dtype=np.int64)
         known = np.full((len(done), width), -2, dtype=np.int64)
         num_known = np.zeros(len(done), dtype=np.int64)
-        previous = np.zeros(len(done), dtype=np.int64)
         for r, (shadow, tokens) in enumerate(done):
             w = shadow.grid.shape[1]
-            grid[r, :, :w], votes[r, :, :w] = shadow.grid, shadow.votes
+            grid[r, :, :w], cells[r, :, :w] = shadow.grid, shadow.cells
             known[r, :len(tokens)], num_known[r] = tokens, len(tokens)
-            previous[r] = shadow.cell_previous
-        self.acceptance.observe_grid(self._rows, grid, votes, previous, known, num_known)
+        self.acceptance.observe_grid(cells, grid, known, num_known)
 
     def _count(self, step: VerifyStep, seen: list[tuple[int, Outcome]]) -> None:
         """Count the candidates of ``seen`` (request, its record) against what vLLM
@@ -225,23 +259,17 @@ class Adaptive:
         batch = seen[0][1].batch
         which = np.array([outcome.row for _, outcome in seen], dtype=np.int64)
         if batch is not None and all(outcome.batch is batch for _, outcome in seen):
-            grid, votes = batch[0][which], batch[1][which]  # all drafted last step
+            grid, cells = batch[0][which], batch[1][which]  # all drafted last step
         else:
             width = max(_record_width(outcome) for _, outcome in seen)
             grid = np.full((len(seen), len(self.names), width), -1, dtype=np.int64)
-            votes = np.zeros(grid.shape, dtype=np.int64)
+            cells = np.zeros(grid.shape, dtype=np.int64)
             for r, (_, outcome) in enumerate(seen):
-                if outcome.batch is not None:
-                    them, w = outcome.batch, outcome.batch[0].shape[2]
-                    grid[r, :, :w] = them[0][outcome.row]
-                    votes[r, :, :w] = them[1][outcome.row]
-                else:
-                    assert outcome.small is not None
-                    for s, (tokens, marks) in enumerate(zip(*outcome.small, strict=True)):
-                        grid[r, s, :len(tokens)], votes[r, s, :len(marks)] = tokens, marks
-        previous = np.array([outcome.cell_previous for _, outcome in seen])
+                tokens, marks = self._record_arrays(outcome)
+                w = tokens.shape[1]
+                grid[r, :, :w], cells[r, :, :w] = tokens, marks
         known, num_known = step.committed_grid([i for i, _ in seen], grid.shape[2])
-        self.acceptance.observe_grid(self._rows, grid, votes, previous, known, num_known)
+        self.acceptance.observe_grid(cells, grid, known, num_known)
         for _, outcome in seen:
             outcome.batch = outcome.small = None
 
@@ -295,21 +323,20 @@ class Adaptive:
             sizes[:, s] = pack(candidates[name], grid[:, s])
         votes = self.acceptance.grid_votes(grid)
         previous = np.array([outcome.previous for outcome in outcomes], dtype=np.int64)
-        kept = (grid, votes)
-        for r, outcome in enumerate(outcomes):
-            outcome.batch, outcome.row, outcome.cell_previous = kept, r, outcome.previous
-            outcome.small = None
+        cells = self.acceptance.cell_index(self._rows, votes, previous)
         # a request without a tail is offered a restart block of its room, valued as the tail
-        # it buys (drafted after a miss, agreeing with nothing); drawn only where chosen
+        # it buys (drafted after a miss, agreeing with nothing); drawn only where chosen. Its
+        # slot holds no token, so its cells are never counted: the grid's cells serve both.
         bare = sizes[:, self._tail] == 0
-        cell_previous = np.repeat(previous[:, None], len(self.names), axis=1)
         if bare.any():
-            votes = votes.copy()
-            votes[bare, self._tail] = 0
-            cell_previous[bare, self._tail] = MISSED
+            cells[bare, self._tail] = self._restart_block_cells(width)
             sizes[bare, self._tail] = np.where(step.num_tokens[np.asarray(rows)[bare]] > 0,
                                                rooms[bare], 0)
-        values = self.acceptance.grid_values(self._rows, votes, cell_previous)
+        kept = (grid, cells)
+        for r, outcome in enumerate(outcomes):
+            outcome.batch, outcome.row = kept, r
+            outcome.small = None
+        values = self.acceptance.grid_values(cells)
         best = best_candidates(values, sizes, knee, floor, self.token_margin)
         chosen = np.flatnonzero(best >= 0)
         room_all = np.zeros((len(step), width), dtype=np.float64)
@@ -406,6 +433,30 @@ class Adaptive:
         return drafts
 
 
+    def _record_arrays(self, outcome: Outcome) -> tuple[np.ndarray, np.ndarray]:
+        """A request's record of last step's candidates as ([S, K] tokens, -1 past each;
+        their cells)."""
+        if outcome.batch is not None:
+            return outcome.batch[0][outcome.row], outcome.batch[1][outcome.row]
+        assert outcome.small is not None
+        tokens, marks = outcome.small
+        width = max((len(t) for t in tokens), default=0)
+        grid = np.full((len(tokens), width), -1, dtype=np.int64)
+        votes = np.zeros(grid.shape, dtype=np.int64)
+        for s, (mine, vote) in enumerate(zip(tokens, marks, strict=True)):
+            grid[s, :len(mine)], votes[s, :len(vote)] = mine, vote
+        previous = np.array([outcome.cell_previous], dtype=np.int64)
+        return grid, self.acceptance.cell_index(self._rows, votes[None], previous)[0]
+
+    def _restart_block_cells(self, width: int) -> np.ndarray:
+        """[width] the cells of a restart block in the tail's slot (no votes, after a miss)."""
+        cells = self._restart_cells.get(width)
+        if cells is None:
+            cells = self._restart_cells[width] = self.acceptance.cell_index(
+                self._rows[self._tail:self._tail + 1], np.zeros((1, 1, width), dtype=np.int64),
+                np.array([MISSED]))[0, 0]
+        return cells
+
     def _record(self, step: VerifyStep, rows: Sequence[int], candidates: Mapping[str, list],
                 drafts: list[np.ndarray], restarts: list[int], drawn: list[np.ndarray]) -> None:
         """Log the step's candidates, the restart blocks drawn among them (``recorder``)."""
@@ -443,20 +494,6 @@ def _sized_small(step: VerifyStep, rows: Sequence[int], lengths: list[int],
         taken[j] = taken.get(j, 0) + 1
     plain = batch / step_cost(batch, knee, floor)
     return taken if rate > plain * (1 + DRAFT_MARGIN) else {}
-
-
-def _record_arrays(outcome: Outcome) -> tuple[np.ndarray, np.ndarray]:
-    """A request's record of last step's candidates as ([S, K] tokens, -1 past each; votes)."""
-    if outcome.batch is not None:
-        return outcome.batch[0][outcome.row], outcome.batch[1][outcome.row]
-    assert outcome.small is not None
-    tokens, marks = outcome.small
-    width = max((len(t) for t in tokens), default=0)
-    grid = np.full((len(tokens), width), -1, dtype=np.int64)
-    votes = np.zeros(grid.shape, dtype=np.int64)
-    for s, (mine, vote) in enumerate(zip(tokens, marks, strict=True)):
-        grid[s, :len(mine)], votes[s, :len(vote)] = mine, vote
-    return grid, votes
 
 
 def _record_width(outcome: Outcome) -> int:
