@@ -9,7 +9,7 @@ import numpy as np
 
 from vllm_cllm.policies.acceptance import HALVE_AT, MAX_VOTES, TokenAcceptance, _add_ones
 from vllm_cllm.policies.adaptive import best_candidate, best_candidates
-from vllm_cllm.policies.cost_model import draft_lengths, step_cost
+from vllm_cllm.policies.cost_model import draft_lengths, draft_lengths_grid, step_cost
 from vllm_cllm.sources.ngram import NgramIndex, ngram_continuations
 
 NAMES = ("suffix", "ngram", "tail")
@@ -190,3 +190,111 @@ def test_small_steps_draft_as_the_grid_does(monkeypatch):
     monkeypatch.setattr(JacobiProposer, "propose", switching)
     mixed, _ = run(spec, 6, 150, seed=7)
     assert mixed == grid
+
+
+def _grid_of(candidates, width):
+    """Per-request candidates packed as a grid (-1 past each) and their lengths."""
+    grid = np.full((len(candidates), width), -1, dtype=np.int64)
+    for j, tokens in enumerate(candidates):
+        grid[j, :len(tokens)] = tokens
+    return grid, np.array([len(c) for c in candidates])
+
+
+def _random_step(rng, batch, vocab=5, device=False, masks=False):
+    """A verify step of ``batch`` requests over a small vocabulary (so that n-grams repeat),
+    with random verify rows and commits; ``device``: blocks from the fixed-point step."""
+    from fakes import step
+
+    contexts, committed, rows = [], [], []
+    for _ in range(batch):
+        drafts = int(rng.integers(0, 6))
+        row = rng.integers(0, vocab, drafts + 1).tolist()
+        accepted = int(rng.integers(0, drafts + 1))
+        context = rng.integers(0, vocab, int(rng.integers(3, 60))).tolist()
+        contexts.append(context + row[:accepted + 1])
+        committed.append(row[:accepted + 1])
+        rows.append(row)
+    made = step(contexts, committed, rows, rooms=rng.integers(0, 8, batch).tolist())
+    p = made.predictions
+    if masks:
+        p.num_mask = rng.integers(0, 3, batch)
+    if device:
+        k = 6
+        p.accepted = np.where(rng.random(batch) < 0.7, made.num_committed - 1, -1)
+        p.next_len = rng.integers(0, k + 1, batch)
+        p.next_draft = rng.integers(0, vocab, (batch, k))
+    return made
+
+
+def test_tails_written_into_a_grid_are_the_tails():
+    rng = np.random.default_rng(9)
+    for _ in range(200):
+        batch = int(rng.integers(5, 12))
+        made = _random_step(rng, batch, device=bool(rng.random() < 0.5),
+                            masks=bool(rng.random() < 0.5))
+        rows = [i for i in range(batch) if rng.random() < 0.8] or [0]
+        lengths = np.asarray(rng.integers(1, 8, len(rows)))
+        expected, sizes = _grid_of(made.tails(rows, lengths.tolist()), 8)
+        into = np.full((len(rows), 8), -1, dtype=np.int64)
+        assert np.array_equal(made.tails_into(rows, lengths, into), sizes)
+        assert np.array_equal(into, expected)
+
+
+def test_grid_sources_write_what_they_propose():
+    """Each source that writes into the grid (the n-grams, the Jacobi tail, the suffix trees)
+    writes there what it proposes as arrays, and a source without that way is packed: two
+    copies of the sources, one asked for a grid and one for arrays, step by step."""
+    from test_core import Period
+
+    from vllm_cllm.core.grid import candidate_grid
+    from vllm_cllm.core.requests import RequestState
+    from vllm_cllm.policies.fixed_order import gather
+    from vllm_cllm.sources.ngram import NgramFill, RequestNgrams
+    from vllm_cllm.sources.suffix_trees import SuffixTrees
+    from vllm_cllm.sources.tail import JacobiTail
+
+    def sources():
+        trees, ngrams = SuffixTrees(max_cached=4), RequestNgrams(NgramFill(2, 4, 70))
+        return {"suffix": trees, "ngram": ngrams, "ngram_latest": ngrams, "tail": JacobiTail(),
+                "period": Period(3)}
+
+    rng = np.random.default_rng(10)
+    into_grid, as_arrays = sources(), sources()
+    names = ("suffix", "ngram", "tail", "period", "ngram_latest")
+    states: tuple[dict[str, RequestState], dict[str, RequestState]] = ({}, {})
+    for _ in range(60):
+        made = _random_step(rng, 8, device=bool(rng.random() < 0.5))
+        made.req_ids = [f"q{n}" for n in rng.permutation(12)[:8].tolist()]
+        rows = [i for i in range(8) if made.rooms[i] > 0]
+        if not rows:
+            continue
+        mine = [[table.setdefault(made.req_ids[i], RequestState()) for i in rows]
+                for table in states]
+        lengths = made.rooms[np.asarray(rows)]
+        grid, sizes = candidate_grid(into_grid, names, made, rows, lengths, mine[0])
+        proposed = gather(as_arrays, names, made, rows, lengths.tolist(), mine[1])
+        for s, name in enumerate(names):
+            expected, lengths_of = _grid_of(proposed[name], grid.shape[2])
+            assert np.array_equal(grid[:, s], expected), name
+            assert np.array_equal(sizes[:, s], lengths_of), name
+        for req_id in list(states[0]):  # some requests leave
+            if rng.random() < 0.2:
+                for table, copy in zip(states, (into_grid, as_arrays), strict=True):
+                    copy["suffix"].release(req_id, table.pop(req_id))
+
+
+def test_sizing_only_the_drafting_requests_sizes_as_the_whole_step():
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        batch, width = int(rng.integers(1, 30)), int(rng.integers(1, 8))
+        values = np.cumprod(rng.choice([0.25, 0.5, 0.75, 1.0], (batch, width)), axis=1)
+        caps = rng.integers(0, width + 1, batch)
+        drafting = np.flatnonzero(rng.random(batch) < 0.6)
+        whole = np.zeros_like(values)
+        whole[drafting] = values[drafting]
+        knee = float(rng.choice([20, 256, 2048]))
+        expected = draft_lengths_grid(whole, np.where(np.isin(np.arange(batch), drafting),
+                                                      caps, 0), knee, 0.0, token_margin=0.3)
+        sized = draft_lengths_grid(values[drafting], caps[drafting], knee, 0.0,
+                                   token_margin=0.3, batch=batch)
+        assert np.array_equal(sized, expected[drafting])

@@ -47,7 +47,8 @@ class Policy(Protocol):
 
     def draft(self, step: VerifyStep, rows: Sequence[int], states: Sequence[RequestState],
               sources: Mapping[str, DraftSource]) -> list[np.ndarray]:
-        """The draft of each request in ``rows`` (at most its room)."""
+        """The draft of each request in ``rows`` (at most its room); the drafter gives
+        ``rows`` in the step's order."""
 
 
 class Drafter:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vllm_cllm.core.drafter import DraftSource
+from vllm_cllm.core.grid import candidate_grid
 from vllm_cllm.core.requests import RequestState
 from vllm_cllm.core.step import VerifyStep
 from vllm_cllm.core.tokens import EMPTY
@@ -313,53 +314,56 @@ class Adaptive:
         knee, floor = self.cost.knee_tokens, self.cost.floor_tokens
         if len(rows) <= SMALL_STEP:
             return self._draft_small(step, rows, states, outcomes, sources)
-        rooms = step.rooms[np.asarray(rows, dtype=np.int64)]
-        lengths = rooms.tolist()
-        candidates = gather(sources, self.names, step, rows, lengths, states)
-        width = int(rooms.max())
-        grid = np.full((len(rows), len(self.names), width), -1, dtype=np.int64)
-        sizes = np.zeros((len(rows), len(self.names)), dtype=np.int64)
-        for s, name in enumerate(self.names):
-            sizes[:, s] = pack(candidates[name], grid[:, s])
+        at = np.asarray(rows, dtype=np.int64)
+        rooms = step.rooms[at]
+        grid, sizes = candidate_grid(sources, self.names, step, rows, rooms, states)
+        width = grid.shape[2]
+        found = sizes.copy() if self.recorder is not None else sizes  # before restarts
         votes = self.acceptance.grid_votes(grid)
-        previous = np.array([outcome.previous for outcome in outcomes], dtype=np.int64)
+        previous = np.fromiter((outcome.previous for outcome in outcomes), dtype=np.int64,
+                               count=len(outcomes))
         cells = self.acceptance.cell_index(self._rows, votes, previous)
         # a request without a tail is offered a restart block of its room, valued as the tail
         # it buys (drafted after a miss, agreeing with nothing); drawn only where chosen. Its
         # slot holds no token, so its cells are never counted: the grid's cells serve both.
-        bare = sizes[:, self._tail] == 0
-        if bare.any():
+        no_tail = sizes[:, self._tail] == 0
+        bare = np.flatnonzero(no_tail)
+        if len(bare):
             cells[bare, self._tail] = self._restart_block_cells(width)
-            sizes[bare, self._tail] = np.where(step.num_tokens[np.asarray(rows)[bare]] > 0,
-                                               rooms[bare], 0)
+            sizes[bare, self._tail] = np.where(step.num_tokens[at[bare]] > 0, rooms[bare], 0)
         kept = (grid, cells)
         for r, outcome in enumerate(outcomes):
             outcome.batch, outcome.row = kept, r
             outcome.small = None
         values = self.acceptance.grid_values(cells)
         best = best_candidates(values, sizes, knee, floor, self.token_margin)
+        # the chosen candidates sized together; the rest of the step counts in the batch
         chosen = np.flatnonzero(best >= 0)
-        room_all = np.zeros((len(step), width), dtype=np.float64)
-        caps = np.zeros(len(step), dtype=np.int64)
-        at = np.asarray(rows, dtype=np.int64)[chosen]
-        room_all[at] = values[chosen, best[chosen]]
-        caps[at] = np.minimum(step.rooms[at], sizes[chosen, best[chosen]])
-        sized = draft_lengths_grid(room_all, caps, knee, floor, token_margin=self.token_margin)
+        slot = best[chosen]
+        sized = draft_lengths_grid(values[chosen, slot],
+                                   np.minimum(rooms[chosen], sizes[chosen, slot]), knee, floor,
+                                   token_margin=self.token_margin, batch=len(step))
         drafts = [EMPTY] * len(rows)
-        restarts = [j for j in chosen.tolist() if bare[j] and best[j] == self._tail
-                    and sized[rows[j]] > 0]
+        restarts: list[int] = []  # restart blocks: drawn for the requests that draft them
+        restart_sizes: list[int] = []
+        for j, s, n in zip(chosen.tolist(), slot.tolist(), sized.tolist(), strict=True):
+            if not n:
+                continue
+            if s == self._tail and no_tail[j]:
+                restarts.append(j)
+                restart_sizes.append(n)
+            else:
+                drafts[j] = grid[j, s, :n]
         drawn: list[np.ndarray] = []
         if restarts:
             drawn = sources[self.restart].propose(
-                step, [rows[j] for j in restarts], [lengths[j] for j in restarts],
+                step, [rows[j] for j in restarts], rooms[restarts].tolist(),
                 [states[j] for j in restarts])[self.restart]
-            for j, block in zip(restarts, drawn, strict=True):
-                drafts[j] = block[:sized[rows[j]]]
-        for j in chosen.tolist():
-            n = int(sized[rows[j]])
-            if n and not (bare[j] and best[j] == self._tail):
-                drafts[j] = candidates[self.names[best[j]]][j][:n]
+            for j, block, n in zip(restarts, drawn, restart_sizes, strict=True):
+                drafts[j] = block[:n]
         if self.recorder is not None:
+            candidates = {name: [grid[j, s, :found[j, s]] for j in range(len(rows))]
+                          for s, name in enumerate(self.names)}
             self._record(step, rows, candidates, drafts, restarts, drawn)
         return drafts
 
@@ -503,11 +507,3 @@ def _record_width(outcome: Outcome) -> int:
     assert outcome.small is not None
     return max((len(tokens) for tokens in outcome.small[0]), default=0)
 
-
-def pack(candidates: Sequence[np.ndarray], into: np.ndarray) -> np.ndarray:
-    """Write each row's candidate into ``into`` ([R, K], already -1) from its first column;
-    their lengths."""
-    sizes = np.fromiter((len(c) for c in candidates), dtype=np.int64, count=len(candidates))
-    if sizes.any():
-        into[np.arange(into.shape[1]) < sizes[:, None]] = np.concatenate(candidates)
-    return sizes

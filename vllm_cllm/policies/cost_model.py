@@ -89,19 +89,25 @@ def draft_lengths(values: Sequence[Sequence[float]], rooms: list[int], knee_toke
 def draft_lengths_grid(values: np.ndarray, caps: np.ndarray, knee_tokens: float,
                        floor_tokens: float = 0.0,
                        overhead_per_request: float = SPEC_STEP_OVERHEAD_PER_REQUEST,
-                       margin: float = DRAFT_MARGIN, token_margin: float = 0.0) -> np.ndarray:
-    """:func:`draft_lengths` over a grid: ``values`` [B, K] (row i valid up to ``caps[i]``,
-    already capped by its room). The greedy is a merge of the rows' non-increasing values:
-    all positions sorted by (value, highest first; request; position) come in exactly the
-    order a heap of each request's next position pops them, and the running gain and cost
-    are the same sums taken in the same order."""
-    batch = len(values)
+                       margin: float = DRAFT_MARGIN, token_margin: float = 0.0,
+                       batch: int | None = None) -> np.ndarray:
+    """:func:`draft_lengths` over a grid: ``values`` [R, K] (row i valid up to ``caps[i]``,
+    already capped by its room), the requests in the step's order; ``batch``: the step's
+    batch size where ``values`` holds only the requests that may draft (default R). The
+    greedy is a merge of the rows' non-increasing values: all positions sorted by (value,
+    highest first; request; position) come in exactly the order a heap of each request's
+    next position pops them, and the running gain and cost are the same sums taken in the
+    same order."""
+    rows = len(values)
+    batch = rows if batch is None else batch
     if not batch:
         return np.zeros(0, dtype=np.int64)
     caps = np.where(values[:, 0] > 0, caps, 0) if values.shape[1] else np.zeros_like(caps)
     which, where = np.nonzero(np.arange(values.shape[1]) < caps[:, None])
     value = values[which, where]
-    order = np.lexsort((where, which, -value))
+    # positions come by request, then position (np.nonzero's order): a stable sort by value
+    # alone keeps that order among equal values
+    order = np.argsort(-value, kind="stable")
     trust = 1.0 / (1.0 + token_margin)
     gain = np.cumsum(np.concatenate([[float(batch)], value[order] * trust]))
     tokens = np.cumsum(np.concatenate([[batch * (1 + overhead_per_request)],
@@ -111,5 +117,5 @@ def draft_lengths_grid(values: np.ndarray, caps: np.ndarray, knee_tokens: float,
     taken = int(worse[0]) if len(worse) else len(order)
     plain = batch / step_cost(batch, knee_tokens, floor_tokens)
     if not rate[taken] > plain * (1 + margin):
-        return np.zeros(batch, dtype=np.int64)
-    return np.bincount(which[order[:taken]], minlength=batch).astype(np.int64)
+        return np.zeros(rows, dtype=np.int64)
+    return np.bincount(which[order[:taken]], minlength=rows).astype(np.int64)

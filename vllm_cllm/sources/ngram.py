@@ -7,7 +7,7 @@ drafts the same thing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -15,7 +15,7 @@ import numpy as np
 from vllm_cllm.core.drafter import Candidates
 from vllm_cllm.core.requests import RequestState
 from vllm_cllm.core.step import VerifyStep
-from vllm_cllm.core.tokens import EMPTY
+from vllm_cllm.core.tokens import EMPTY, write_spans
 
 
 class Fill(Protocol):
@@ -185,7 +185,9 @@ class NgramIndex:
 
     def starts(self, context: np.ndarray) -> tuple[int, int] | None:
         """Where the usual and the latest continuation of the longest suffix n-gram begin in
-        ``context`` (indexed by :meth:`extend`), None where no suffix n-gram occurred."""
+        the indexed tokens (:meth:`extend`), None where no suffix n-gram occurred.
+        ``context`` holds them as an array (it may go on past them: a row of vLLM's token
+        buffer); it is read only where an n-gram occurred very often."""
         tokens, n = self.tokens, self.ngram_min
         length = len(tokens)
         top = min(self.ngram_max, length - 1)
@@ -195,7 +197,7 @@ class NgramIndex:
         if not ends:
             return None
         if top > n and len(ends) > self.VECTOR_AT:
-            hits = self._longest_vector(context, np.array(ends), top).tolist()
+            hits = self._longest_vector(context, length, np.array(ends), top).tolist()
         elif top > n:
             runs = []
             for end in ends:  # extend each occurrence backwards, up to top tokens
@@ -216,10 +218,11 @@ class NgramIndex:
         usual = next(end for end in hits if counts[tokens[end + 1]] == most)
         return usual + 1, hits[-1] + 1
 
-    def _longest_vector(self, context: np.ndarray, ends: np.ndarray, top: int) -> np.ndarray:
-        """The occurrences in ``ends`` that match the longest suffix (as
-        :func:`_longest_ngram_hits` extends them)."""
-        length, run = len(context), np.full(len(ends), self.ngram_min, dtype=np.int64)
+    def _longest_vector(self, context: np.ndarray, length: int, ends: np.ndarray, top: int
+                        ) -> np.ndarray:
+        """The occurrences in ``ends`` that match the longest suffix of ``context[:length]``
+        (as :func:`_longest_ngram_hits` extends them)."""
+        run = np.full(len(ends), self.ngram_min, dtype=np.int64)
         for back in range(self.ngram_min, top):
             alive = np.flatnonzero((run == back) & (ends >= back))
             if not len(alive):
@@ -242,25 +245,54 @@ class RequestNgrams:
 
     def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
                 states: Sequence[RequestState]) -> Candidates:
-        usual: list[np.ndarray] = []
-        latest: list[np.ndarray] = []
+        spans = self._spans(step, rows, lengths, states)
+        token_ids = step.token_ids
+        found: Candidates = {}
+        for name, (starts, sizes) in zip(self.names, spans, strict=True):
+            found[name] = [token_ids[i, a:a + n].astype(np.int64) if n else EMPTY
+                           for i, a, n in zip(rows, starts.tolist(), sizes.tolist(),
+                                              strict=True)]
+        return found
+
+    def propose_into(self, step: VerifyStep, rows: Sequence[int], lengths: np.ndarray,
+                     states: Sequence[RequestState], into: Mapping[str, np.ndarray]
+                     ) -> dict[str, np.ndarray]:
+        spans = self._spans(step, rows, lengths.tolist(), states)
+        at = np.asarray(rows, dtype=np.int64)
+        sizes = {}
+        for name, (starts, size) in zip(self.names, spans, strict=True):
+            if name in into:
+                write_spans(into[name], step.token_ids, starts, size, source_rows=at)
+                sizes[name] = size
+        return sizes
+
+    def _spans(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
+               states: Sequence[RequestState]
+               ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """Each request's index brought up to date with what it committed, then where its
+        usual and its latest continuation begin in its tokens and how long each is (0:
+        none), as (starts, lengths) arrays."""
         fill, part, token_ids, committed = self.fill, self.part, step.token_ids, step.committed
-        ngram_min, ngram_max = fill.ngram_min, fill.ngram_max
+        ngram_min, ngram_max, room = fill.ngram_min, fill.ngram_max, fill.room
         ends = step.num_tokens[np.asarray(rows, dtype=np.int64)].tolist()
+        usual, latest, rooms = [], [], []
         for i, n, end, state in zip(rows, lengths, ends, states, strict=True):
             row = token_ids[i]
             index = state.parts.get(part)
             if index is None:
                 index = state.parts[part] = NgramIndex(ngram_min, ngram_max)
             index.extend_row(row, end, committed[i])
-            n = fill.room(end, n)
-            context = row[:end]
-            found = index.starts(context) if n else None
+            n = room(end, n)
+            found = index.starts(row) if n else None
             if found is None:
-                usual.append(EMPTY)
-                latest.append(EMPTY)
-                continue
-            one, other = found
-            usual.append(context[one:one + n].astype(np.int64))
-            latest.append(context[other:other + n].astype(np.int64))
-        return {"ngram": usual, "ngram_latest": latest}
+                usual.append(end)
+                latest.append(end)
+                rooms.append(0)
+            else:
+                usual.append(found[0])
+                latest.append(found[1])
+                rooms.append(n)
+        ends_at, room_at = np.array(ends, dtype=np.int64), np.array(rooms, dtype=np.int64)
+        usual_at, latest_at = np.array(usual, dtype=np.int64), np.array(latest, dtype=np.int64)
+        return ((usual_at, np.minimum(room_at, ends_at - usual_at)),
+                (latest_at, np.minimum(room_at, ends_at - latest_at)))

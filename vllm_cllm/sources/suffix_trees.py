@@ -16,8 +16,9 @@ lookup in the same order, so every rank drafts the same.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,14 @@ def suffix_tree_missing() -> str | None:
         return (f"arctic-inference is not installed ({exc}); "
                 "`pip install 'vllm-cllm[suffix]'` or `pip install arctic-inference`")
     return None
+
+
+def _int32(tokens: np.ndarray) -> np.ndarray:
+    """``tokens`` as the contiguous int32 array arctic-inference reads without a copy: as they
+    are where they already are one (a slice of vLLM's int32 token buffer)."""
+    if tokens.dtype == np.int32 and tokens.flags.c_contiguous:
+        return tokens
+    return np.ascontiguousarray(tokens, dtype=np.int32)
 
 
 def _native_trees(cache: Any) -> tuple[Any, Any] | None:
@@ -94,25 +103,41 @@ class SuffixTrees:
 
     def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
                 states: Sequence[RequestState]) -> Candidates:
-        found: list[np.ndarray] = []
+        return {"suffix": [np.array(draft, dtype=np.int64) if len(draft) else _EMPTY
+                           for draft in self._drafts(step, rows, lengths, states)]}
+
+    def propose_into(self, step: VerifyStep, rows: Sequence[int], lengths: np.ndarray,
+                     states: Sequence[RequestState], into: Mapping[str, np.ndarray]
+                     ) -> dict[str, np.ndarray]:
+        drafts = self._drafts(step, rows, lengths.tolist(), states)
+        sizes = np.fromiter(map(len, drafts), dtype=np.int64, count=len(drafts))
+        if sizes.any():
+            grid = into["suffix"]
+            grid[np.arange(grid.shape[1]) < sizes[:, None]] = list(chain.from_iterable(drafts))
+        return {"suffix": sizes}
+
+    def _drafts(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
+                states: Sequence[RequestState]) -> list[list[int]]:
+        """Each request's lookup (at most ``lengths[j]`` tokens), as arctic-inference returns
+        it: a list of token ids."""
+        found: list[list[int]] = []
         req_ids, greedy, token_ids = step.req_ids, step.greedy, step.token_ids
-        ends = step.num_tokens
+        ends = step.num_tokens[np.asarray(rows, dtype=np.int64)].tolist()
         part, native = self.part, self._native
-        for i, n, state in zip(rows, lengths, states, strict=True):
+        for i, n, end, state in zip(rows, lengths, ends, states, strict=True):
             req_id = req_ids[i]
             record: _InTree | None = state.parts.get(part)
             if req_id is None or record is None or n <= 0:  # the general path
                 found.append(self.draft(req_id, state, bool(greedy[i]), step.context(i),
-                                        step.prompt_end(i), n)
-                             if req_id is not None else _EMPTY)
+                                        step.prompt_end(i), n).tolist()
+                             if req_id is not None else [])
                 continue
             # a request in its trees drafting: what :meth:`draft` does, with less around it
-            end, row, cache = int(ends[i]), token_ids[i], record.cache
-            context = np.ascontiguousarray(row[max(0, end - TREE_DEPTH):end], dtype=np.int32)
+            row, cache = token_ids[i], record.cache
+            context = _int32(row[max(0, end - TREE_DEPTH):end])
             if native is None:
                 if end > record.seen:
-                    cache.add_active_response(
-                        req_id, np.ascontiguousarray(row[record.seen:end], dtype=np.int32))
+                    cache.add_active_response(req_id, _int32(row[record.seen:end]))
                 record.seen = end
                 draft = cache.speculate(
                     req_id, context, max_spec_tokens=n, max_spec_factor=SPEC_FACTOR,
@@ -121,7 +146,7 @@ class SuffixTrees:
                 extend, speculate = native
                 local = cache._local_trees[req_id]
                 if end > record.seen:
-                    tokens = np.ascontiguousarray(row[record.seen:end], dtype=np.int32)
+                    tokens = _int32(row[record.seen:end])
                     extend(local, 0, tokens)
                     seq_id = cache._req_to_seq_id.get(req_id)
                     if seq_id is not None:
@@ -135,8 +160,8 @@ class SuffixTrees:
                     if other.score > best.score:
                         best = other
                 draft = best.token_ids
-            found.append(np.array(draft, dtype=np.int64) if draft else _EMPTY)
-        return {"suffix": found}
+            found.append(draft)
+        return found
 
     def draft(self, req_id: str, state: RequestState, greedy: bool, context: np.ndarray,
               first_output: int, max_tokens: int) -> np.ndarray:
