@@ -49,8 +49,15 @@ class TokenAcceptance:
         self.sources = sources
         self._row = {name: i for i, name in enumerate(sources)}
         shape = (len(sources), POSITIONS, MAX_VOTES + 1, 3)
-        self.trials = np.full(shape, PRIOR_TRIALS)
-        self.accepted = np.full(shape, PRIOR_TRIALS * PRIOR_RATE)
+        #: trials and acceptances side by side, so that a step adds to both at once
+        #: (:meth:`observe_grid`); ``trials`` and ``accepted`` are its two halves
+        self.counts = np.empty((2, *shape))
+        self.trials, self.accepted = self.counts[0], self.counts[1]
+        self.trials[...] = PRIOR_TRIALS
+        self.accepted[...] = PRIOR_TRIALS * PRIOR_RATE
+        #: per slots' source rows and grid width, each token's cell without its vote and
+        #: outcome (:meth:`cell_index`)
+        self._cell_base: dict[tuple[bytes, int], np.ndarray] = {}
 
     def cells(self, candidates: dict[str, np.ndarray], previous: int = UNDRAFTED) -> Cells:
         """Each non-empty candidate's (source row, position cells, vote cells, ``previous``:
@@ -117,10 +124,15 @@ class TokenAcceptance:
         out once, when it drafts: they value its candidates then and count them once vLLM has
         committed (:meth:`observe_grid`)."""
         _, positions, num_votes, num_previous = self.trials.shape
-        position = np.minimum(np.arange(votes.shape[-1]), positions - 1)
+        width = votes.shape[-1]
+        key = (rows.tobytes(), width)
+        base = self._cell_base.get(key)
+        if base is None:  # (source row, position) of each slot and column
+            position = np.minimum(np.arange(width), positions - 1)
+            base = self._cell_base[key] = \
+                (rows[:, None] * positions + position) * num_votes * num_previous
         prev = previous[:, None, None] if previous.ndim == 1 else previous[:, :, None]
-        return ((rows[:, None] * positions + position) * num_votes + votes) * num_previous \
-            + prev
+        return base + votes * num_previous + prev
 
     def grid_values(self, cells: np.ndarray) -> np.ndarray:
         """:meth:`values` for every candidate of a grid whose tokens are in ``cells`` [R, S, K]
@@ -133,48 +145,41 @@ class TokenAcceptance:
                      num_known: np.ndarray) -> None:
         """:meth:`observe` for R requests in order: ``grid`` [R, S, K] their candidates of the
         last step (-1 past each), ``cells`` [R, S, K] their tokens' cells (:meth:`cell_index`),
-        ``known`` [R, K] what vLLM committed (``num_known`` [R] tokens of it valid). Counts are
-        added a request at a time as the per-request method does (each +1 in turn:
-        :func:`_add_ones`), and crowded cells are halved after exactly the request after
-        which the per-request method halves them."""
+        ``known`` [R, K] what vLLM committed (-2 past it; ``num_known`` [R] tokens of it, which
+        may go on past K). Counts are added a request at a time as the per-request method
+        does (each +1 in turn: :func:`_add_ones`), and crowded cells are halved after exactly
+        the request after which the per-request method halves them."""
         num_rows, _, width = grid.shape
         if not num_rows:
             return
-        k = np.arange(width)
+        # A token is accepted where it and every token before it equal what was committed
+        # (-1 past a candidate and -2 past the committed tokens never equal anything); one
+        # trial more where the first miss lies within both.
+        won_at = np.logical_and.accumulate(grid == known[:, None, :], axis=-1)
+        hits = won_at.sum(axis=-1)
         lengths = (grid >= 0).sum(axis=-1)  # [R, S]; a candidate's tokens are a prefix
-        n = np.minimum(lengths, num_known[:, None])
-        miss = (k < n[:, :, None]) & (grid != known[:, None, :])
-        missed = miss.any(axis=-1)
-        first = np.where(missed, miss.argmax(axis=-1), n)
-        seen = np.where(missed, first + 1, n)  # trials up to the miss, hits before it
-        tried_at = k < seen[:, :, None]
-        won_at = k < first[:, :, None]
+        seen = hits + (hits < np.minimum(lengths, num_known[:, None]))
+        tried_at = np.arange(width) < seen[:, :, None]
         tried_cells, won_cells = cells[tried_at], cells[won_at]
         size = self.trials.size
-        tried = np.bincount(tried_cells, minlength=size).astype(np.float64)
-        won = np.bincount(won_cells, minlength=size).astype(np.float64)
-        trials, accepted = self.trials.reshape(-1), self.accepted.reshape(-1)
+        counted = np.bincount(np.concatenate([tried_cells, won_cells + size]),
+                              minlength=2 * size)
+        flat = self.counts.reshape(-1)  # trials, then accepted
         # Cells are independent (a cell is halved when its own trials pass HALVE_AT), so the
         # cells that stay below it all step long take the step's counts at once, and only the
         # few crowded ones are followed request by request (add_cell_counts).
-        after = _add_ones(trials, tried)
-        won_after = _add_ones(accepted, won)
-        crowded = np.flatnonzero(after > HALVE_AT)
-        if not len(crowded):
-            trials[:] = after
-            accepted[:] = won_after
+        after = _add_ones(flat, counted)
+        crowded = np.flatnonzero(after[:size] > HALVE_AT).tolist()
+        before = [(float(flat[c]), float(flat[size + c])) for c in crowded]
+        flat[:] = after
+        if not crowded:
             return
-        calm = np.ones(size, dtype=bool)
-        calm[crowded] = False
-        trials[calm] = after[calm]
-        accepted[calm] = won_after[calm]
         # each crowded cell's counts request by request: the request of every counted token
         tried_rows, won_rows = np.nonzero(tried_at)[0], np.nonzero(won_at)[0]
-        for c in crowded.tolist():
+        for c, (trials, accepted) in zip(crowded, before, strict=True):
             mine = np.bincount(tried_rows[tried_cells == c], minlength=num_rows).tolist()
             wins = np.bincount(won_rows[won_cells == c], minlength=num_rows).tolist()
-            trials[c], accepted[c] = add_cell_counts(float(trials[c]), float(accepted[c]),
-                                                     mine, wins)
+            flat[c], flat[size + c] = add_cell_counts(trials, accepted, mine, wins)
 
 
 def add_ones_scalar(value: float, count: int) -> float:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -37,6 +38,7 @@ from vllm_cllm.policies.cost_model import (
     DRAFT_MARGIN,
     SPEC_STEP_OVERHEAD_PER_REQUEST,
     CostModel,
+    draft_costs,
     draft_lengths_grid,
     step_cost,
 )
@@ -76,15 +78,22 @@ def best_candidates(values: np.ndarray, lengths: np.ndarray, knee_tokens: float,
     equal rates winning and having to beat drafting nothing strictly."""
     plain = 1.0 / step_cost(1, knee_tokens, floor_tokens)
     width = values.shape[-1]
-    drafted = np.arange(1, width + 1)
-    costs = step_cost(1 + SPEC_STEP_OVERHEAD_PER_REQUEST + drafted, knee_tokens, floor_tokens)
+    costs = draft_costs(width, knee_tokens, floor_tokens)
     rates = (1 + np.cumsum(values, axis=-1) / (1 + token_margin)) / costs
-    rates = np.where(np.arange(width) < lengths[:, :, None], rates, -np.inf).max(axis=-1)
+    rates = np.where(_columns(width) < lengths[:, :, None], rates, -np.inf).max(axis=-1)
     best = rates.argmax(axis=1)
-    return np.where(rates[np.arange(len(best)), best] > plain, best, -1)
+    return np.where(rates.max(axis=1) > plain, best, -1)
 
 
-@dataclass
+@lru_cache(maxsize=32)
+def _columns(width: int) -> np.ndarray:
+    """[width] 0..width - 1 (cached, read-only)."""
+    columns = np.arange(width)
+    columns.flags.writeable = False
+    return columns
+
+
+@dataclass(slots=True)
 class Outcome:
     """A request's record (state part ``adaptive``): its candidates of the last step (row
     ``row`` of that step's grid and its tokens' cells, ``batch``, -1 past each candidate),
@@ -158,15 +167,24 @@ class Adaptive:
 
     def observe(self, step: VerifyStep, rows: Sequence[int],
                 states: Sequence[RequestState]) -> list[Outcome]:
-        """Value last step's candidates against what vLLM committed."""
-        outcomes, seen, shadows = [], [], []
+        """Value last step's candidates against what vLLM committed. (Every record counted
+        here is replaced when the request drafts, later in the same step.)"""
+        outcomes: list[Outcome] = []
+        seen: list[tuple[int, Outcome]] = []
+        shadows: list[tuple[int, Outcome]] = []
+        undrafted: set[int] = set()
+        part, committed = self.part, step.committed
         for i, state in zip(rows, states, strict=True):
-            outcome = state.parts.get(self.part)
-            if outcome is None:
-                outcome = state.parts[self.part] = Outcome()
+            outcome = state.parts.get(part)
+            if state.last_drafted:
+                previous = HIT if len(committed[i]) > 1 else MISSED
             else:
-                outcome.previous = (HIT if len(step.committed[i]) > 1 else MISSED) \
-                    if state.last_drafted else UNDRAFTED
+                previous = UNDRAFTED
+                undrafted.add(i)
+            if outcome is None:
+                outcome = state.parts[part] = Outcome()
+            else:
+                outcome.previous = previous
                 if outcome.shadow is not None:
                     shadows.append((i, outcome))
                 if outcome.batch is not None or outcome.small is not None:
@@ -174,11 +192,8 @@ class Adaptive:
             outcomes.append(outcome)
         if shadows:
             self._count_shadows(step, shadows)
-        if seen:
-            undrafted = [not state.last_drafted for state in states]
-            if any(undrafted):
-                seen = self._defer(step, seen, {i for i, u in zip(rows, undrafted,
-                                                                  strict=True) if u})
+        if seen and undrafted:
+            seen = self._defer(step, seen, undrafted)
         if seen:
             self._count(step, seen)
         return outcomes
@@ -253,7 +268,7 @@ class Adaptive:
 
     def _count(self, step: VerifyStep, seen: list[tuple[int, Outcome]]) -> None:
         """Count the candidates of ``seen`` (request, its record) against what vLLM
-        committed, in order, and forget them."""
+        committed, in order."""
         if all(outcome.small is not None for _, outcome in seen):
             self._count_small(step, seen)
             return
@@ -271,8 +286,6 @@ class Adaptive:
                 grid[r, :, :w], cells[r, :, :w] = tokens, marks
         known, num_known = step.committed_grid([i for i, _ in seen], grid.shape[2])
         self.acceptance.observe_grid(cells, grid, known, num_known)
-        for _, outcome in seen:
-            outcome.batch = outcome.small = None
 
     def _count_small(self, step: VerifyStep, seen: list[tuple[int, Outcome]]) -> None:
         """:meth:`_count` request by request in Python (a few requests: cheaper than the

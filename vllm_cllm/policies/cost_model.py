@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -56,6 +57,30 @@ def step_cost(query_tokens: float | np.ndarray, knee_tokens: float, floor_tokens
     if isinstance(query_tokens, np.ndarray):
         return np.maximum(floor_tokens, knee_tokens + query_tokens)
     return max(floor_tokens, knee_tokens + query_tokens)
+
+
+@lru_cache(maxsize=64)
+def draft_costs(width: int, knee_tokens: float, floor_tokens: float) -> np.ndarray:
+    """[width] what a step costs a request on its own that drafts 1..width tokens (the spec
+    overhead included), as :func:`best_candidate` prices it; cached, read-only."""
+    costs = step_cost(1 + SPEC_STEP_OVERHEAD_PER_REQUEST + np.arange(1, width + 1),
+                      knee_tokens, floor_tokens)
+    costs.flags.writeable = False
+    return costs
+
+
+@lru_cache(maxsize=64)
+def _batch_costs(batch: int, positions: int, overhead_per_request: float, knee_tokens: float,
+                 floor_tokens: float) -> np.ndarray:
+    """[positions + 1] what a step of ``batch`` requests that drafts 0..positions tokens costs
+    (the overhead counted from the first), each count of tokens the running sum that
+    :func:`draft_lengths_grid` takes; cached, read-only (a prefix of a running sum is the
+    running sum of the prefix)."""
+    tokens = np.cumsum(np.concatenate([[batch * (1 + overhead_per_request)],
+                                       np.ones(positions)]))
+    costs = np.maximum(floor_tokens, knee_tokens + tokens)
+    costs.flags.writeable = False
+    return costs
 
 
 def draft_lengths(values: Sequence[Sequence[float]], rooms: list[int], knee_tokens: float,
@@ -110,9 +135,9 @@ def draft_lengths_grid(values: np.ndarray, caps: np.ndarray, knee_tokens: float,
     order = np.argsort(-value, kind="stable")
     trust = 1.0 / (1.0 + token_margin)
     gain = np.cumsum(np.concatenate([[float(batch)], value[order] * trust]))
-    tokens = np.cumsum(np.concatenate([[batch * (1 + overhead_per_request)],
-                                       np.ones(len(order))]))
-    rate = gain / np.maximum(floor_tokens, knee_tokens + tokens)
+    costs = _batch_costs(batch, batch * values.shape[1], overhead_per_request, knee_tokens,
+                         floor_tokens)
+    rate = gain / costs[:len(gain)]
     worse = np.flatnonzero(rate[1:] <= rate[:-1])  # adding item m + 1 would not raise it
     taken = int(worse[0]) if len(worse) else len(order)
     plain = batch / step_cost(batch, knee_tokens, floor_tokens)
