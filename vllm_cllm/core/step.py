@@ -49,12 +49,15 @@ class VerifyStep:
             else [None] * batch
         lengths = np.asarray(num_tokens[:batch], dtype=np.int64)
         num_committed = np.fromiter(map(len, committed), dtype=np.int64, count=batch)
-        rooms = np.where(num_committed > 0, np.clip(max_model_len - lengths, 0, max_draft), 0)
+        # what fits before max_model_len, at most max_draft, and nothing in a partial prefill
+        rooms = np.minimum(max_model_len - lengths, max_draft)
+        np.maximum(rooms, 0, out=rooms)
+        rooms[num_committed == 0] = 0
         greedy = np.fromiter((r in greedy_ids for r in req_ids), dtype=bool, count=batch) \
             if greedy_ids else np.zeros(batch, dtype=bool)
         return cls(req_ids=req_ids, committed=committed, num_tokens=lengths,
-                   token_ids=token_ids, rooms=rooms.astype(np.int64, copy=False),
-                   greedy=greedy, predictions=predictions, num_committed=num_committed)
+                   token_ids=token_ids, rooms=rooms, greedy=greedy, predictions=predictions,
+                   num_committed=num_committed)
 
     def __len__(self) -> int:
         return len(self.committed)
@@ -76,13 +79,13 @@ class VerifyStep:
 
     def drafting(self) -> list[int]:
         """The requests that may draft this step."""
-        return [int(i) for i in np.flatnonzero(self.rooms)]
+        return np.flatnonzero(self.rooms).tolist()
 
     def committed_grid(self, rows: list[int], width: int) -> tuple[np.ndarray, np.ndarray]:
         """The tokens requests ``rows`` committed this step, as a [len(rows), width] grid
         (-2, which no draft holds, past each request's tokens or its first ``width``), and
         how many each committed."""
-        counts = self.num_committed[np.asarray(rows, dtype=np.int64)]
+        counts = self.num_committed[rows]
         grid = np.full((len(rows), width), -2, dtype=np.int64)
         kept = np.minimum(counts, width)
         if kept.any():
@@ -145,13 +148,18 @@ class VerifyStep:
         sampled = self.num_committed[at]
         begin, end = p.offsets[at], p.offsets[at + 1]
         size = end - begin
-        mask = np.zeros(len(at), dtype=np.int64) if p.num_mask is None else p.num_mask[at]
+        device = None
+        if p.accepted is not None:
+            device = np.flatnonzero(p.accepted[at] == sampled - 1)
+        if p.num_mask is None:
+            # every slot a real draft: the predictions behind the committed ones, as far as
+            # the row goes (what the rule below comes to without masks)
+            start = begin + np.minimum(sampled, size)
+            return start, np.minimum(end - start, lengths), device
+        mask = p.num_mask[at]
         real = size - 1 - np.minimum(np.maximum(mask, 0), size - 1)  # as shifted_block
         rejected = sampled - 1 < real
         start = np.minimum(begin + np.where(rejected, sampled, real + 1), end)
         stop = np.minimum(begin + np.where(rejected, real + 1, size), end)
         stop = np.maximum(np.minimum(stop, start + lengths), start)
-        device = None
-        if p.accepted is not None:
-            device = np.flatnonzero(p.accepted[at] == sampled - 1)
         return start, stop - start, device

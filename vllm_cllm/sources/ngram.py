@@ -149,12 +149,20 @@ class NgramIndex:
         """:meth:`extend` with ``row[:end]``, the new tokens taken from ``committed`` (what
         the request committed this step, the last tokens of ``row[:end]``) where they are
         all that is new: no slice of the row is read then."""
-        have = len(self.tokens)
-        if have and len(committed) == end - have and self.tokens[-1] == row[have - 1]:
+        tokens = self.tokens
+        have = len(tokens)
+        if have and len(committed) == end - have and tokens[-1] == row.item(have - 1):
             if committed:
                 self._add(committed)
             return
         self.extend(row[:end])
+
+    def step(self, row: np.ndarray, end: int, committed: list[int], wanted: int
+             ) -> tuple[int, int] | None:
+        """:meth:`extend_row`, then :meth:`starts` where ``wanted`` tokens are (one call a
+        request and step)."""
+        self.extend_row(row, end, committed)
+        return self.starts(row) if wanted else None
 
     def _add(self, new: list[int]) -> None:
         """Append ``new`` to the indexed tokens, and index the n-grams that now have a next
@@ -168,7 +176,9 @@ class NgramIndex:
             return
         if length - first <= 8:  # a step's few tokens
             for end in range(first, length - 1):
-                key = tuple(tokens[end - n + 1:end + 1])
+                # (the usual bigram's key built without a slice)
+                key = (tokens[end - 1], tokens[end]) if n == 2 else \
+                    tuple(tokens[end - n + 1:end + 1])
                 found = ends.get(key)
                 if found is None:
                     ends[key] = [end]
@@ -177,11 +187,7 @@ class NgramIndex:
             return
         keys = zip(*(tokens[first - n + 1 + o:length - n + o] for o in range(n)), strict=True)
         for end, key in enumerate(keys, first):
-            found = ends.get(key)
-            if found is None:
-                ends[key] = [end]
-            else:
-                found.append(end)
+            ends.setdefault(key, []).append(end)
 
     def starts(self, context: np.ndarray) -> tuple[int, int] | None:
         """Where the usual and the latest continuation of the longest suffix n-gram begin in
@@ -193,20 +199,25 @@ class NgramIndex:
         top = min(self.ngram_max, length - 1)
         if top < max(n, 1):
             return None
-        ends = self.ends.get(tuple(tokens[length - n:]))
+        ends = self.ends.get((tokens[-2], tokens[-1]) if n == 2 else tuple(tokens[length - n:]))
         if not ends:
             return None
         if top > n and len(ends) > self.VECTOR_AT:
             hits = self._longest_vector(context, length, np.array(ends), top).tolist()
         elif top > n:
-            runs = []
-            for end in ends:  # extend each occurrence backwards, up to top tokens
+            # extend each occurrence backwards, up to top tokens; keep those that go furthest
+            before = [tokens[length - 1 - back] for back in range(n, top)]  # nearest first
+            best, hits = 0, []
+            for end in ends:
                 run = n
-                while run < top and end >= run and tokens[end - run] == tokens[length - 1 - run]:
+                for token in before:
+                    if end < run or tokens[end - run] != token:
+                        break
                     run += 1
-                runs.append(run)
-            best = max(runs)
-            hits = [end for end, run in zip(ends, runs, strict=True) if run == best]
+                if run > best:
+                    best, hits = run, [end]
+                elif run == best:
+                    hits.append(end)
         else:
             hits = ends
         if len(hits) == 1:
@@ -245,54 +256,53 @@ class RequestNgrams:
 
     def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
                 states: Sequence[RequestState]) -> Candidates:
-        spans = self._spans(step, rows, lengths, states)
+        spans = self._spans(step, rows, lengths, states, self.names)
         token_ids = step.token_ids
-        found: Candidates = {}
-        for name, (starts, sizes) in zip(self.names, spans, strict=True):
-            found[name] = [token_ids[i, a:a + n].astype(np.int64) if n else EMPTY
-                           for i, a, n in zip(rows, starts.tolist(), sizes.tolist(),
-                                              strict=True)]
-        return found
+        return {name: [token_ids[i, a:a + n].astype(np.int64) if n else EMPTY
+                       for i, a, n in zip(rows, starts, sizes, strict=True)]
+                for name, (starts, sizes) in spans.items()}
 
     def propose_into(self, step: VerifyStep, rows: Sequence[int], lengths: np.ndarray,
                      states: Sequence[RequestState], into: Mapping[str, np.ndarray]
                      ) -> dict[str, np.ndarray]:
-        spans = self._spans(step, rows, lengths.tolist(), states)
+        spans = self._spans(step, rows, lengths.tolist(), states, tuple(into))
         at = np.asarray(rows, dtype=np.int64)
-        sizes = {}
-        for name, (starts, size) in zip(self.names, spans, strict=True):
-            if name in into:
-                write_spans(into[name], step.token_ids, starts, size, source_rows=at)
-                sizes[name] = size
-        return sizes
+        found = {}
+        for name, (starts, sizes) in spans.items():
+            found[name] = np.array(sizes, dtype=np.int64)
+            write_spans(into[name], step.token_ids, np.array(starts, dtype=np.int64),
+                        found[name], source_rows=at)
+        return found
 
     def _spans(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
-               states: Sequence[RequestState]
-               ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        """Each request's index brought up to date with what it committed, then where its
-        usual and its latest continuation begin in its tokens and how long each is (0:
-        none), as (starts, lengths) arrays."""
+               states: Sequence[RequestState], names: Sequence[str]
+               ) -> dict[str, tuple[list[int], list[int]]]:
+        """Each request's index brought up to date with what it committed, then, for each of
+        ``names``, where its continuation begins in its tokens and how long it is (0: none)."""
         fill, part, token_ids, committed = self.fill, self.part, step.token_ids, step.committed
-        ngram_min, ngram_max, room = fill.ngram_min, fill.ngram_max, fill.room
-        ends = step.num_tokens[np.asarray(rows, dtype=np.int64)].tolist()
-        usual, latest, rooms = [], [], []
+        ngram_min, ngram_max, max_model_len = fill.ngram_min, fill.ngram_max, fill.max_model_len
+        ends = step.num_tokens[rows].tolist()
+        usual: tuple[list[int], list[int]] = ([], [])
+        latest: tuple[list[int], list[int]] = ([], [])
+        usual_start, usual_size = usual[0].append, usual[1].append
+        latest_start, latest_size = latest[0].append, latest[1].append
         for i, n, end, state in zip(rows, lengths, ends, states, strict=True):
-            row = token_ids[i]
             index = state.parts.get(part)
             if index is None:
                 index = state.parts[part] = NgramIndex(ngram_min, ngram_max)
-            index.extend_row(row, end, committed[i])
-            n = room(end, n)
-            found = index.starts(row) if n else None
+            # NgramFill.room: what fits before max_model_len, nothing for too short a context
+            n = 0 if end <= ngram_min else min(n, max_model_len - end)
+            found = index.step(token_ids[i], end, committed[i], n > 0)
             if found is None:
-                usual.append(end)
-                latest.append(end)
-                rooms.append(0)
+                usual_start(end)
+                usual_size(0)
+                latest_start(end)
+                latest_size(0)
             else:
-                usual.append(found[0])
-                latest.append(found[1])
-                rooms.append(n)
-        ends_at, room_at = np.array(ends, dtype=np.int64), np.array(rooms, dtype=np.int64)
-        usual_at, latest_at = np.array(usual, dtype=np.int64), np.array(latest, dtype=np.int64)
-        return ((usual_at, np.minimum(room_at, ends_at - usual_at)),
-                (latest_at, np.minimum(room_at, ends_at - latest_at)))
+                one, other = found
+                usual_start(one)
+                usual_size(min(n, end - one))
+                latest_start(other)
+                latest_size(min(n, end - other))
+        return {name: spans for name, spans in zip(self.names, (usual, latest), strict=True)
+                if name in names}

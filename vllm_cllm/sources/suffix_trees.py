@@ -49,14 +49,6 @@ def suffix_tree_missing() -> str | None:
     return None
 
 
-def _int32(tokens: np.ndarray) -> np.ndarray:
-    """``tokens`` as the contiguous int32 array arctic-inference reads without a copy: as they
-    are where they already are one (a slice of vLLM's int32 token buffer)."""
-    if tokens.dtype == np.int32 and tokens.flags.c_contiguous:
-        return tokens
-    return np.ascontiguousarray(tokens, dtype=np.int32)
-
-
 def _native_trees(cache: Any) -> tuple[Any, Any] | None:
     """arctic-inference's ``SuffixTree.extend_ndarray`` and ``.speculate_ndarray`` where its
     cache keeps its trees as version 0.3 does (``_local_trees``, ``_global_tree``,
@@ -73,13 +65,15 @@ def _native_trees(cache: Any) -> tuple[Any, Any] | None:
     return SuffixTree.extend_ndarray, SuffixTree.speculate_ndarray
 
 
-@dataclass
+@dataclass(slots=True)
 class _InTree:
-    """A request's place in the trees (kept in its state): its cache and how many of its
-    tokens the cache holds."""
+    """A request's place in the trees (kept in its state): its cache, how many of its tokens
+    the cache holds, and its own tree in the cache (None where the cache is not read
+    natively)."""
 
     cache: Any
     seen: int
+    local: Any = None
 
 
 class SuffixTrees:
@@ -121,46 +115,44 @@ class SuffixTrees:
         """Each request's lookup (at most ``lengths[j]`` tokens), as arctic-inference returns
         it: a list of token ids."""
         found: list[list[int]] = []
+        append = found.append
         req_ids, greedy, token_ids = step.req_ids, step.greedy, step.token_ids
-        ends = step.num_tokens[np.asarray(rows, dtype=np.int64)].tolist()
+        ends = step.num_tokens[rows].tolist()
         part, native = self.part, self._native
+        extend, speculate = native if native is not None else (None, None)
+        # slices of vLLM's int32 token buffer are what arctic-inference reads as they are
+        as_is = token_ids.dtype == np.int32 and token_ids.flags.c_contiguous
         for i, n, end, state in zip(rows, lengths, ends, states, strict=True):
             req_id = req_ids[i]
             record: _InTree | None = state.parts.get(part)
-            if req_id is None or record is None or n <= 0:  # the general path
-                found.append(self.draft(req_id, state, bool(greedy[i]), step.context(i),
-                                        step.prompt_end(i), n).tolist()
-                             if req_id is not None else [])
+            if req_id is None or record is None or n <= 0 or record.local is None:
+                # the general path: the cache's own methods (and a request's first lookup)
+                append(self.draft(req_id, state, bool(greedy[i]), step.context(i),
+                                  step.prompt_end(i), n).tolist()
+                       if req_id is not None else [])
                 continue
-            # a request in its trees drafting: what :meth:`draft` does, with less around it
-            row, cache = token_ids[i], record.cache
-            context = _int32(row[max(0, end - TREE_DEPTH):end])
-            if native is None:
-                if end > record.seen:
-                    cache.add_active_response(req_id, _int32(row[record.seen:end]))
-                record.seen = end
-                draft = cache.speculate(
-                    req_id, context, max_spec_tokens=n, max_spec_factor=SPEC_FACTOR,
-                    max_spec_offset=SPEC_OFFSET, min_token_prob=MIN_TOKEN_PROB).token_ids
-            else:  # SuffixDecodingCache.add_active_response and .speculate, unwrapped
-                extend, speculate = native
-                local = cache._local_trees[req_id]
-                if end > record.seen:
-                    tokens = _int32(row[record.seen:end])
-                    extend(local, 0, tokens)
-                    seq_id = cache._req_to_seq_id.get(req_id)
-                    if seq_id is not None:
-                        extend(cache._global_tree, seq_id, tokens)
-                record.seen = end
-                best = speculate(local, context, n, SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB,
-                                 False)
-                if cache._max_cached_requests != 0:  # an empty global tree drafts nothing
-                    other = speculate(cache._global_tree, context, n, SPEC_FACTOR, SPEC_OFFSET,
-                                      MIN_TOKEN_PROB, False)
-                    if other.score > best.score:
-                        best = other
-                draft = best.token_ids
-            found.append(draft)
+            # a request in its trees drafting: SuffixDecodingCache.add_active_response and
+            # .speculate, unwrapped (the same calls, without the checks and result copies)
+            seen, cache, local = record.seen, record.cache, record.local
+            context = token_ids[i, end - TREE_DEPTH if end > TREE_DEPTH else 0:end]
+            if not as_is:
+                context = np.ascontiguousarray(context, dtype=np.int32)
+            if end > seen:
+                tokens = token_ids[i, seen:end]
+                if not as_is:
+                    tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+                extend(local, 0, tokens)
+                seq_id = cache._req_to_seq_id.get(req_id)
+                if seq_id is not None:
+                    extend(cache._global_tree, seq_id, tokens)
+            record.seen = end
+            best = speculate(local, context, n, SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB, False)
+            if cache._max_cached_requests != 0:  # an empty global tree drafts nothing
+                other = speculate(cache._global_tree, context, n, SPEC_FACTOR, SPEC_OFFSET,
+                                  MIN_TOKEN_PROB, False)
+                if other.score > best.score:
+                    best = other
+            append(best.token_ids)
         return found
 
     def draft(self, req_id: str, state: RequestState, greedy: bool, context: np.ndarray,
@@ -178,7 +170,8 @@ class SuffixTrees:
                 cache.evict_cached_response(req_id)
             cache.start_request(req_id, np.ascontiguousarray(context[:first_output],
                                                              dtype=np.int32))
-            record = state.parts[self.part] = _InTree(cache, first_output)
+            local = cache._local_trees[req_id] if self._native is not None else None
+            record = state.parts[self.part] = _InTree(cache, first_output, local)
         if len(context) > record.seen:
             record.cache.add_active_response(
                 req_id, np.ascontiguousarray(context[record.seen:], dtype=np.int32))
