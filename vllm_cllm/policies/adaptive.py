@@ -167,8 +167,11 @@ class Adaptive:
 
     def observe(self, step: VerifyStep, rows: Sequence[int],
                 states: Sequence[RequestState]) -> list[Outcome]:
-        """Value last step's candidates against what vLLM committed. (Every record counted
-        here is replaced when the request drafts, later in the same step.)"""
+        """Value last step's candidates against what vLLM committed: the shadows the tokens
+        committed since them decide, then the records of last step, in order (a record of a
+        request that drafted nothing becomes a shadow instead where this step's one token
+        does not decide it). Every record counted here is replaced when the request drafts,
+        later in the same step."""
         outcomes: list[Outcome] = []
         seen: list[tuple[int, Outcome]] = []
         shadows: list[tuple[int, Outcome]] = []
@@ -190,19 +193,37 @@ class Adaptive:
                 if outcome.batch is not None or outcome.small is not None:
                     seen.append((i, outcome))
             outcomes.append(outcome)
-        if shadows:
-            self._count_shadows(step, shadows)
-        if seen and undrafted:
-            seen = self._defer(step, seen, undrafted)
-        if seen:
-            self._count(step, seen)
+        done = self._decided(step, shadows) if shadows else []
+        if seen and all(outcome.small is not None for _, outcome in seen):
+            if undrafted:
+                seen = self._defer(step, seen, undrafted)
+            self._count_grid(step, done, [], set())
+            self._count_small(step, seen)
+        else:
+            self._count_grid(step, done, seen, undrafted)
         return outcomes
 
-    def _defer(self, step: VerifyStep, seen: list[tuple[int, Outcome]], undrafted: set[int]
-               ) -> list[tuple[int, Outcome]]:
+    def _decided(self, step: VerifyStep, shadows: list[tuple[int, Outcome]]
+                 ) -> list[tuple[Shadow, np.ndarray]]:
+        """The shadows that the tokens committed since them decide (taken from their
+        requests' records), in order, each with those tokens; the others are kept."""
+        done = []
+        for i, outcome in shadows:
+            shadow = outcome.shadow
+            assert shadow is not None
+            known = step.token_ids[i, shadow.start:min(int(step.num_tokens[i]),
+                                                       shadow.start + shadow.grid.shape[1])]
+            if shadow.decided(known.tolist()):
+                done.append((shadow, known))
+                outcome.shadow = None
+        return done
+
+    def _defer(self, step: VerifyStep, seen: list[tuple[int, Outcome]], undrafted: set[int],
+               records: tuple[np.ndarray, np.ndarray] | None = None) -> list[tuple[int, Outcome]]:
         """Keep as a :class:`Shadow` the candidates of each request in ``undrafted`` (it drafted
         nothing, so vLLM committed one token) that this token does not decide, where the
-        request has no shadow yet; the records left to count now."""
+        request has no shadow yet; the records left to count now. ``records``: the grid and
+        cells of every record in ``seen`` where they are at hand (of one batch, its width)."""
         asked = [r for r, (i, outcome) in enumerate(seen)
                  if i in undrafted and outcome.shadow is None]
         if not asked:
@@ -211,16 +232,14 @@ class Adaptive:
         # the first committed token (-2, which no candidate holds, where there is none)
         firsts = np.array([(step.committed[seen[r][0]] or [-2])[0] for r in asked],
                           dtype=np.int64)
-        batch = outcomes[0].batch
-        if batch is not None and all(outcome.batch is batch for outcome in outcomes):
-            which = np.array([outcome.row for outcome in outcomes], dtype=np.int64)
-            records = None  # rows ``which`` of the batch's grid and cells
-            grid = batch[0][which]
+        own: list[tuple[np.ndarray, np.ndarray]] | None = None  # each record at its width
+        if records is not None:
+            grid = records[0][asked]
         else:
-            records = [self._record_arrays(outcome) for outcome in outcomes]
-            width = max(tokens.shape[1] for tokens, _ in records)
-            grid = np.full((len(records), len(self.names), width), -1, dtype=np.int64)
-            for u, (tokens, _) in enumerate(records):
+            own = [self._record_arrays(outcome) for outcome in outcomes]
+            width = max(tokens.shape[1] for tokens, _ in own)
+            grid = np.full((len(own), len(self.names), width), -1, dtype=np.int64)
+            for u, (tokens, _) in enumerate(own):
                 grid[u, :, :tokens.shape[1]] = tokens
         # open: a candidate that agrees with the first token and goes on past it
         if grid.shape[2] > 1:
@@ -231,60 +250,66 @@ class Adaptive:
         for u in np.flatnonzero(opened).tolist():
             r = asked[u]
             i, outcome = seen[r]
-            if records is None:
-                assert batch is not None
-                tokens, cells = batch[0][outcome.row], batch[1][outcome.row]
+            if own is None:
+                assert records is not None
+                tokens, cells = records[0][r], records[1][r]
             else:
-                tokens, cells = records[u]
+                tokens, cells = own[u]
             outcome.shadow = Shadow.of(tokens, cells, step.prompt_end(i))
             outcome.batch = outcome.small = None
             deferred.add(r)
         return [pair for r, pair in enumerate(seen) if r not in deferred]
 
-    def _count_shadows(self, step: VerifyStep, shadows: list[tuple[int, Outcome]]) -> None:
-        """Count, in order, the shadows that the tokens committed since them decide; keep
-        the others."""
-        done = []
-        for i, outcome in shadows:
-            shadow = outcome.shadow
-            assert shadow is not None
-            known = step.token_ids[i, shadow.start:min(int(step.num_tokens[i]),
-                                                       shadow.start + shadow.grid.shape[1])]
-            if shadow.decided(known.tolist()):
-                done.append((shadow, known))
-                outcome.shadow = None
-        if not done:
-            return
-        width = max(shadow.grid.shape[1] for shadow, _ in done)
-        grid = np.full((len(done), len(self.names), width), -1, dtype=np.int64)
-        cells = np.zeros(grid.shape, dtype=np.int64)
-        known = np.full((len(done), width), -2, dtype=np.int64)
-        num_known = np.zeros(len(done), dtype=np.int64)
-        for r, (shadow, tokens) in enumerate(done):
-            w = shadow.grid.shape[1]
-            grid[r, :, :w], cells[r, :, :w] = shadow.grid, shadow.cells
-            known[r, :len(tokens)], num_known[r] = tokens, len(tokens)
-        self.acceptance.observe_grid(cells, grid, known, num_known)
-
-    def _count(self, step: VerifyStep, seen: list[tuple[int, Outcome]]) -> None:
-        """Count the candidates of ``seen`` (request, its record) against what vLLM
-        committed, in order."""
-        if all(outcome.small is not None for _, outcome in seen):
-            self._count_small(step, seen)
-            return
-        batch = seen[0][1].batch
-        which = np.array([outcome.row for _, outcome in seen], dtype=np.int64)
-        if batch is not None and all(outcome.batch is batch for _, outcome in seen):
-            grid, cells = batch[0][which], batch[1][which]  # all drafted last step
-        else:
-            width = max(_record_width(outcome) for _, outcome in seen)
-            grid = np.full((len(seen), len(self.names), width), -1, dtype=np.int64)
+    def _count_grid(self, step: VerifyStep, done: list[tuple[Shadow, np.ndarray]],
+                    seen: list[tuple[int, Outcome]], undrafted: set[int]) -> None:
+        """Count, in one grid and in order, the decided shadows ``done`` (each with the tokens
+        committed since it) and then the records ``seen`` against what vLLM committed this
+        step, those of ``undrafted`` requests that become shadows (:meth:`_defer`) left out."""
+        parts = []  # (grid, cells, known, num_known) of the shadows, then of the records
+        if done:
+            width = max(shadow.grid.shape[1] for shadow, _ in done)
+            grid = np.full((len(done), len(self.names), width), -1, dtype=np.int64)
             cells = np.zeros(grid.shape, dtype=np.int64)
-            for r, (_, outcome) in enumerate(seen):
-                tokens, marks = self._record_arrays(outcome)
-                w = tokens.shape[1]
-                grid[r, :, :w], cells[r, :, :w] = tokens, marks
-        known, num_known = step.committed_grid([i for i, _ in seen], grid.shape[2])
+            known = np.full((len(done), width), -2, dtype=np.int64)
+            num_known = np.zeros(len(done), dtype=np.int64)
+            for r, (shadow, tokens) in enumerate(done):
+                w = shadow.grid.shape[1]
+                grid[r, :, :w], cells[r, :, :w] = shadow.grid, shadow.cells
+                known[r, :len(tokens)], num_known[r] = tokens, len(tokens)
+            parts.append((grid, cells, known, num_known))
+        if seen:
+            batch = seen[0][1].batch
+            if batch is not None and all(outcome.batch is batch for _, outcome in seen):
+                # all drafted last step, in one batch: its rows, at its width
+                which = np.array([outcome.row for _, outcome in seen], dtype=np.int64)
+                grid, cells = batch[0][which], batch[1][which]
+                if undrafted:
+                    seen = self._defer(step, seen, undrafted, (grid, cells))
+                    if len(seen) < len(which):
+                        left = np.array([outcome.row for _, outcome in seen], dtype=np.int64)
+                        grid, cells = batch[0][left], batch[1][left]
+            else:
+                if undrafted:
+                    seen = self._defer(step, seen, undrafted)
+                width = max((_record_width(outcome) for _, outcome in seen), default=0)
+                grid = np.full((len(seen), len(self.names), width), -1, dtype=np.int64)
+                cells = np.zeros(grid.shape, dtype=np.int64)
+                for r, (_, outcome) in enumerate(seen):
+                    tokens, marks = self._record_arrays(outcome)
+                    w = tokens.shape[1]
+                    grid[r, :, :w], cells[r, :, :w] = tokens, marks
+            if seen:
+                known, num_known = step.committed_grid([i for i, _ in seen], grid.shape[2])
+                parts.append((grid, cells, known, num_known))
+        if len(parts) == 2:  # one grid, at the wider width
+            width = max(part[0].shape[2] for part in parts)
+            parts = [_widened(*part, width) for part in parts]
+            grid, cells, known, num_known = (np.concatenate(arrays)
+                                             for arrays in zip(*parts, strict=True))
+        elif parts:
+            grid, cells, known, num_known = parts[0]
+        else:
+            return
         self.acceptance.observe_grid(cells, grid, known, num_known)
 
     def _count_small(self, step: VerifyStep, seen: list[tuple[int, Outcome]]) -> None:
@@ -511,6 +536,17 @@ def _sized_small(step: VerifyStep, rows: Sequence[int], lengths: list[int],
         taken[j] = taken.get(j, 0) + 1
     plain = batch / step_cost(batch, knee, floor)
     return taken if rate > plain * (1 + DRAFT_MARGIN) else {}
+
+
+def _widened(grid: np.ndarray, cells: np.ndarray, known: np.ndarray, num_known: np.ndarray,
+             width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A count's arrays padded to ``width`` columns (no candidate token, nothing committed)."""
+    more = width - grid.shape[2]
+    if not more:
+        return grid, cells, known, num_known
+    return (np.pad(grid, ((0, 0), (0, 0), (0, more)), constant_values=-1),
+            np.pad(cells, ((0, 0), (0, 0), (0, more))),
+            np.pad(known, ((0, 0), (0, more)), constant_values=-2), num_known)
 
 
 def _record_width(outcome: Outcome) -> int:
