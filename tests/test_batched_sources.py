@@ -7,7 +7,7 @@ import heapq
 
 import numpy as np
 
-from vllm_cllm.policies.acceptance import HALVE_AT, MAX_VOTES, TokenAcceptance, _add_ones
+from vllm_cllm.policies.acceptance import HALVE_AT, TokenAcceptance, _add_ones
 from vllm_cllm.policies.adaptive import best_candidate, best_candidates
 from vllm_cllm.policies.cost_model import draft_lengths, draft_lengths_grid, step_cost
 from vllm_cllm.sources.ngram import NgramIndex, ngram_continuations
@@ -96,7 +96,7 @@ def test_acceptance_over_a_step_counts_and_halves_as_request_by_request():
         known = np.full((batch, k), -2, dtype=np.int64)
         for r, c in enumerate(committed):
             known[r, :min(k, len(c))] = c[:k]
-        grid.observe_grid(grid.cell_index(rows, grid.grid_votes(cells), previous), cells,
+        grid.observe_grid(grid.grid_cells(rows, cells, previous), cells,
                           known, np.array([len(c) for c in committed]))
         assert np.array_equal(one.trials, grid.trials)
         assert np.array_equal(one.accepted, grid.accepted)
@@ -115,9 +115,9 @@ def test_grid_values_and_best_candidates_match_the_per_request_ones():
         for r, candidates in enumerate(found):
             for s, name in enumerate(NAMES):
                 cells[r, s, :len(candidates[name])] = candidates[name]
-        votes = table.grid_votes(cells)
-        assert votes.max() <= MAX_VOTES
-        values = table.grid_values(table.cell_index(np.arange(len(NAMES)), votes, previous))
+        index = table.grid_cells(np.arange(len(NAMES)), cells, previous)
+        assert 0 <= index.min() and index.max() < table.trials.size
+        values = table.grid_values(index)
         lengths = (cells >= 0).sum(axis=-1)
         knee, margin = float(rng.choice([8, 64, 2048])), 0.3
         best = best_candidates(values, lengths, knee, 0.0, margin)

@@ -79,14 +79,15 @@ class VerifyStep:
 
     def drafting(self) -> list[int]:
         """The requests that may draft this step."""
-        return np.flatnonzero(self.rooms).tolist()
+        return self.rooms.nonzero()[0].tolist()
 
     def committed_grid(self, rows: list[int], width: int) -> tuple[np.ndarray, np.ndarray]:
         """The tokens requests ``rows`` committed this step, as a [len(rows), width] grid
         (-2, which no draft holds, past each request's tokens or its first ``width``), and
         how many each committed."""
         counts = self.num_committed[rows]
-        grid = np.full((len(rows), width), -2, dtype=np.int64)
+        grid = np.empty((len(rows), width), dtype=np.int64)
+        grid.fill(-2)
         kept = np.minimum(counts, width)
         if kept.any():
             committed = self.committed
@@ -106,8 +107,8 @@ class VerifyStep:
             return [EMPTY] * len(rows)
         if len(rows) <= 4:  # a few requests: one at a time costs less than the arrays below
             return [self.tail(i)[:n] for i, n in zip(rows, lengths, strict=True)]
-        at = np.asarray(rows, dtype=np.int64)
-        start, size, device = self._tail_spans(at, np.asarray(lengths, dtype=np.int64))
+        start, size, device = self._tail_spans(self.rows_index(rows),
+                                               np.asarray(lengths, dtype=np.int64))
         flat = p.flat
         out = [flat[a:a + n] for a, n in zip(start.tolist(), size.tolist(), strict=True)]
         if device is not None:  # the device's blocks where vLLM accepted the greedy prefix
@@ -123,12 +124,12 @@ class VerifyStep:
         p = self.predictions
         if p is None:
             return np.zeros(len(rows), dtype=np.int64)
-        at = np.asarray(rows, dtype=np.int64)
-        start, size, device = self._tail_spans(at, lengths)
+        start, size, device = self._tail_spans(self.rows_index(rows), lengths)
         if device is None:
             write_spans(into, p.flat, start, size)
             return size
         assert p.next_draft is not None and p.next_len is not None
+        at = np.asarray(rows, dtype=np.int64)
         on_host = np.ones(len(rows), dtype=bool)
         on_host[device] = False
         write_spans(into, p.flat, start, np.where(on_host, size, 0))
@@ -137,20 +138,30 @@ class VerifyStep:
                     source_rows=at[device], into_rows=device)
         return size
 
-    def _tail_spans(self, at: np.ndarray, lengths: np.ndarray
+    def rows_index(self, rows: list[int]) -> np.ndarray | None:
+        """``rows`` as an index array, None where they are every request of the step in
+        order (the usual step: nothing to gather)."""
+        if len(rows) == len(self) and list(rows) == list(range(len(rows))):
+            return None
+        return np.asarray(rows, dtype=np.int64)
+
+    def _tail_spans(self, at: np.ndarray | None, lengths: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """Where the tails of requests ``at`` begin in ``predictions.flat`` and how long they
-        are, cut to ``lengths`` (the rule of :meth:`VerifyPredictions.next_block`, on the
-        host), and the indices into ``at`` whose tail is the device's block instead (None:
-        the step has no device blocks)."""
+        """Where the tails of requests ``at`` (None: all) begin in ``predictions.flat`` and
+        how long they are, cut to ``lengths`` (the rule of
+        :meth:`VerifyPredictions.next_block`, on the host), and the indices into ``at``
+        whose tail is the device's block instead (None: the step has no device blocks)."""
         p = self.predictions
         assert p is not None
-        sampled = self.num_committed[at]
-        begin, end = p.offsets[at], p.offsets[at + 1]
+        if at is None:
+            sampled, begin, end = self.num_committed, p.offsets[:-1], p.offsets[1:]
+            at = slice(None)
+        else:
+            sampled, begin, end = self.num_committed[at], p.offsets[at], p.offsets[at + 1]
         size = end - begin
         device = None
         if p.accepted is not None:
-            device = np.flatnonzero(p.accepted[at] == sampled - 1)
+            device = (p.accepted[at] == sampled - 1).nonzero()[0]
         if p.num_mask is None:
             # every slot a real draft: the predictions behind the committed ones, as far as
             # the row goes (what the rule below comes to without masks)

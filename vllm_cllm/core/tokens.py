@@ -19,11 +19,14 @@ def write_spans(into: np.ndarray, source: np.ndarray, starts: np.ndarray, sizes:
                 source_rows: np.ndarray | None = None, into_rows: np.ndarray | None = None
                 ) -> None:
     """``into[into_rows[j], :sizes[j]] = source[starts[j]:starts[j] + sizes[j]]`` for every
-    ``j`` at once: a 1-D ``source``, or row ``source_rows[j]`` of a 2-D one (``into_rows``:
-    default every row of ``into`` in turn)."""
-    j, k = np.nonzero(np.arange(into.shape[-1]) < sizes[:, None])
+    ``j`` at once: a 1-D ``source``, or row ``source_rows[j]`` of a 2-D one (``source_rows``
+    and ``into_rows``: default row ``j``)."""
+    j, k = (np.arange(into.shape[-1]) < sizes[:, None]).nonzero()
     if not len(j):
         return
     at = starts[j] + k
-    tokens = source[at] if source_rows is None else source[source_rows[j], at]
+    if source.ndim == 1:
+        tokens = source[at]
+    else:
+        tokens = source[j if source_rows is None else source_rows[j], at]
     into[j if into_rows is None else into_rows[j], k] = tokens

@@ -108,43 +108,52 @@ class TokenAcceptance:
     # candidate's length), the same cells and the same float operations as the per-request
     # methods above, so that the estimates, and so the drafts, are the same to the last bit.
 
-    def grid_votes(self, grid: np.ndarray) -> np.ndarray:
-        """Per row, source and position of ``grid`` ([R, S, K], -1 where a candidate has no
-        token), how many of the row's *other* candidates put the same token there (capped at
-        :data:`MAX_VOTES`; meaningless where the candidate has no token), as :meth:`cells`."""
-        present = grid >= 0
-        same = (grid[:, :, None, :] == grid[:, None, :, :]) & present[:, None, :, :]
-        return np.minimum(same.sum(axis=2) - 1, MAX_VOTES)
+    def grid_cells(self, rows: np.ndarray, grid: np.ndarray, previous: np.ndarray
+                   ) -> np.ndarray:
+        """Each token's cell of a grid ([R, S, K], -1 where a candidate has no token; ``rows``
+        [S] each slot's source row, ``previous`` [R] each row's outcome cell) as one flat
+        index into the table (``trials.reshape(-1)``): its source, position, how many of
+        the row's *other* candidates put the same token there (capped at :data:`MAX_VOTES`),
+        and the outcome, as :meth:`cells`. Where a candidate has no token the cell is
+        meaningless (but one of the table's). A request's cells are worked out once, when it
+        drafts: they value its candidates then and count them once vLLM has committed
+        (:meth:`observe_grid`)."""
+        _, _, num_votes, num_previous = self.trials.shape
+        # candidates with the same token at the same position, the candidate itself included
+        same = (grid[:, :, None, :] == grid[:, None, :, :]).sum(axis=2)
+        vote = np.minimum(np.arange(grid.shape[1] + 1) - 1, num_votes - 1) * num_previous
+        return self._base(rows, grid.shape[2]) + vote[same] + previous[:, None, None]
 
     def cell_index(self, rows: np.ndarray, votes: np.ndarray,
                    previous: np.ndarray) -> np.ndarray:
-        """Each token's cell of a grid as one flat index into the table (``trials.reshape(-1)``):
-        ``rows`` [S] each slot's source row, ``votes`` [R, S, K] (:meth:`grid_votes`),
-        ``previous`` [R] (or [R, S]) the outcome cell; [R, S, K]. A request's cells are worked
-        out once, when it drafts: they value its candidates then and count them once vLLM has
-        committed (:meth:`observe_grid`)."""
-        _, positions, num_votes, num_previous = self.trials.shape
-        width = votes.shape[-1]
+        """:meth:`grid_cells` from given votes ([R, S, K]; ``previous`` [R] or [R, S])."""
+        _, _, _, num_previous = self.trials.shape
+        prev = previous[:, None, None] if previous.ndim == 1 else previous[:, :, None]
+        return self._base(rows, votes.shape[-1]) + votes * num_previous + prev
+
+    def _base(self, rows: np.ndarray, width: int) -> np.ndarray:
+        """[S, width] each slot's and column's cell without its vote and outcome (cached per
+        slots' source rows and width)."""
         key = (rows.tobytes(), width)
         base = self._cell_base.get(key)
-        if base is None:  # (source row, position) of each slot and column
+        if base is None:
+            _, positions, num_votes, num_previous = self.trials.shape
             position = np.minimum(np.arange(width), positions - 1)
             base = self._cell_base[key] = \
                 (rows[:, None] * positions + position) * num_votes * num_previous
-        prev = previous[:, None, None] if previous.ndim == 1 else previous[:, :, None]
-        return base + votes * num_previous + prev
+        return base
 
     def grid_values(self, cells: np.ndarray) -> np.ndarray:
         """:meth:`values` for every candidate of a grid whose tokens are in ``cells`` [R, S, K]
-        (:meth:`cell_index`); valid up to each candidate's length (a prefix of the cumulative
+        (:meth:`grid_cells`); valid up to each candidate's length (a prefix of the cumulative
         product does not depend on what lies past it)."""
         rates = (self.accepted / self.trials).reshape(-1)
-        return np.cumprod(rates[cells], axis=-1)
+        return rates[cells].cumprod(axis=-1)
 
     def observe_grid(self, cells: np.ndarray, grid: np.ndarray, known: np.ndarray,
                      num_known: np.ndarray) -> None:
         """:meth:`observe` for R requests in order: ``grid`` [R, S, K] their candidates of the
-        last step (-1 past each), ``cells`` [R, S, K] their tokens' cells (:meth:`cell_index`),
+        last step (-1 past each), ``cells`` [R, S, K] their tokens' cells (:meth:`grid_cells`),
         ``known`` [R, K] what vLLM committed (-2 past it; ``num_known`` [R] tokens of it, which
         may go on past K). Counts are added a request at a time as the per-request method
         does (each +1 in turn: :func:`_add_ones`), and crowded cells are halved after exactly
@@ -169,13 +178,13 @@ class TokenAcceptance:
         # cells that stay below it all step long take the step's counts at once, and only the
         # few crowded ones are followed request by request (add_cell_counts).
         after = _add_ones(flat, counted)
-        crowded = np.flatnonzero(after[:size] > HALVE_AT).tolist()
+        crowded = (after[:size] > HALVE_AT).nonzero()[0].tolist()
         before = [(float(flat[c]), float(flat[size + c])) for c in crowded]
         flat[:] = after
         if not crowded:
             return
         # each crowded cell's counts request by request: the request of every counted token
-        tried_rows, won_rows = np.nonzero(tried_at)[0], np.nonzero(won_at)[0]
+        tried_rows, won_rows = tried_at.nonzero()[0], won_at.nonzero()[0]
         for c, (trials, accepted) in zip(crowded, before, strict=True):
             mine = np.bincount(tried_rows[tried_cells == c], minlength=num_rows).tolist()
             wins = np.bincount(won_rows[won_cells == c], minlength=num_rows).tolist()

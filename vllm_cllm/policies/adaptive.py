@@ -79,7 +79,7 @@ def best_candidates(values: np.ndarray, lengths: np.ndarray, knee_tokens: float,
     plain = 1.0 / step_cost(1, knee_tokens, floor_tokens)
     width = values.shape[-1]
     costs = draft_costs(width, knee_tokens, floor_tokens)
-    rates = (1 + np.cumsum(values, axis=-1) / (1 + token_margin)) / costs
+    rates = (1 + values.cumsum(axis=-1) / (1 + token_margin)) / costs
     rates = np.where(_columns(width) < lengths[:, :, None], rates, -np.inf).max(axis=-1)
     best = rates.argmax(axis=1)
     return np.where(rates.max(axis=1) > plain, best, -1)
@@ -99,7 +99,7 @@ class Outcome:
     ``row`` of that step's grid and its tokens' cells, ``batch``, -1 past each candidate),
     valued once vLLM has committed, and how its last draft fared."""
 
-    #: ([R, S, K] grid, cells: TokenAcceptance.cell_index, the outcome cell included)
+    #: ([R, S, K] grid, cells: TokenAcceptance.grid_cells, the outcome cell included)
     batch: tuple[np.ndarray, np.ndarray] | None = None
     row: int = 0
     #: instead of ``batch`` after a small step: per candidate its tokens and their votes
@@ -119,7 +119,7 @@ class Shadow:
     whole length known), so that the cells past the first position learn without drafting."""
 
     grid: np.ndarray  # [S, K] the candidates' tokens, -1 past each
-    cells: np.ndarray  # [S, K] their cells (TokenAcceptance.cell_index)
+    cells: np.ndarray  # [S, K] their cells (TokenAcceptance.grid_cells)
     start: int  # where the candidates' first token lies in the request's context
     #: each candidate's tokens (``grid``'s rows as lists): what the committed tokens are
     #: compared with each step until they decide every candidate
@@ -247,7 +247,7 @@ class Adaptive:
         else:
             opened = np.zeros(len(asked), dtype=bool)
         deferred = set()
-        for u in np.flatnonzero(opened).tolist():
+        for u in opened.nonzero()[0].tolist():
             r = asked[u]
             i, outcome = seen[r]
             if own is None:
@@ -281,12 +281,15 @@ class Adaptive:
             batch = seen[0][1].batch
             if batch is not None and all(outcome.batch is batch for _, outcome in seen):
                 # all drafted last step, in one batch: its rows, at its width
-                which = np.array([outcome.row for _, outcome in seen], dtype=np.int64)
-                grid, cells = batch[0][which], batch[1][which]
+                which = [outcome.row for _, outcome in seen]
+                if len(which) == len(batch[0]) and which == list(range(len(which))):
+                    grid, cells = batch  # every request of that step, in its order
+                else:
+                    grid, cells = batch[0][which], batch[1][which]
                 if undrafted:
                     seen = self._defer(step, seen, undrafted, (grid, cells))
                     if len(seen) < len(which):
-                        left = np.array([outcome.row for _, outcome in seen], dtype=np.int64)
+                        left = [outcome.row for _, outcome in seen]
                         grid, cells = batch[0][left], batch[1][left]
             else:
                 if undrafted:
@@ -352,23 +355,23 @@ class Adaptive:
         knee, floor = self.cost.knee_tokens, self.cost.floor_tokens
         if len(rows) <= SMALL_STEP:
             return self._draft_small(step, rows, states, outcomes, sources)
-        at = np.asarray(rows, dtype=np.int64)
-        rooms = step.rooms[at]
+        subset = step.rows_index(rows)
+        rooms = step.rooms if subset is None else step.rooms[subset]
         grid, sizes = candidate_grid(sources, self.names, step, rows, rooms, states)
         width = grid.shape[2]
         found = sizes.copy() if self.recorder is not None else sizes  # before restarts
-        votes = self.acceptance.grid_votes(grid)
         previous = np.fromiter((outcome.previous for outcome in outcomes), dtype=np.int64,
                                count=len(outcomes))
-        cells = self.acceptance.cell_index(self._rows, votes, previous)
+        cells = self.acceptance.grid_cells(self._rows, grid, previous)
         # a request without a tail is offered a restart block of its room, valued as the tail
         # it buys (drafted after a miss, agreeing with nothing); drawn only where chosen. Its
         # slot holds no token, so its cells are never counted: the grid's cells serve both.
         no_tail = sizes[:, self._tail] == 0
-        bare = np.flatnonzero(no_tail)
+        bare = no_tail.nonzero()[0]
         if len(bare):
             cells[bare, self._tail] = self._restart_block_cells(width)
-            sizes[bare, self._tail] = np.where(step.num_tokens[at[bare]] > 0, rooms[bare], 0)
+            lengths = step.num_tokens[bare if subset is None else subset[bare]]
+            sizes[bare, self._tail] = np.where(lengths > 0, rooms[bare], 0)
         kept = (grid, cells)
         for r, outcome in enumerate(outcomes):
             outcome.batch, outcome.row = kept, r
@@ -376,7 +379,7 @@ class Adaptive:
         values = self.acceptance.grid_values(cells)
         best = best_candidates(values, sizes, knee, floor, self.token_margin)
         # the chosen candidates sized together; the rest of the step counts in the batch
-        chosen = np.flatnonzero(best >= 0)
+        chosen = (best >= 0).nonzero()[0]
         slot = best[chosen]
         sized = draft_lengths_grid(values[chosen, slot],
                                    np.minimum(rooms[chosen], sizes[chosen, slot]), knee, floor,

@@ -128,17 +128,17 @@ def draft_lengths_grid(values: np.ndarray, caps: np.ndarray, knee_tokens: float,
     if not batch:
         return np.zeros(0, dtype=np.int64)
     caps = np.where(values[:, 0] > 0, caps, 0) if values.shape[1] else np.zeros_like(caps)
-    which, where = np.nonzero(np.arange(values.shape[1]) < caps[:, None])
+    which, where = (np.arange(values.shape[1]) < caps[:, None]).nonzero()
     value = values[which, where]
     # positions come by request, then position (np.nonzero's order): a stable sort by value
     # alone keeps that order among equal values
-    order = np.argsort(-value, kind="stable")
+    order = (-value).argsort(kind="stable")
     trust = 1.0 / (1.0 + token_margin)
-    gain = np.cumsum(np.concatenate([[float(batch)], value[order] * trust]))
+    gain = np.concatenate([[float(batch)], value[order] * trust]).cumsum()
     costs = _batch_costs(batch, batch * values.shape[1], overhead_per_request, knee_tokens,
                          floor_tokens)
     rate = gain / costs[:len(gain)]
-    worse = np.flatnonzero(rate[1:] <= rate[:-1])  # adding item m + 1 would not raise it
+    worse = (rate[1:] <= rate[:-1]).nonzero()[0]  # adding item m + 1 would not raise it
     taken = int(worse[0]) if len(worse) else len(order)
     plain = batch / step_cost(batch, knee_tokens, floor_tokens)
     if not rate[taken] > plain * (1 + margin):

@@ -266,7 +266,7 @@ class RequestNgrams:
                      states: Sequence[RequestState], into: Mapping[str, np.ndarray]
                      ) -> dict[str, np.ndarray]:
         spans = self._spans(step, rows, lengths.tolist(), states, tuple(into))
-        at = np.asarray(rows, dtype=np.int64)
+        at = step.rows_index(rows)
         found = {}
         for name, (starts, sizes) in spans.items():
             found[name] = np.array(sizes, dtype=np.int64)
@@ -281,7 +281,8 @@ class RequestNgrams:
         ``names``, where its continuation begins in its tokens and how long it is (0: none)."""
         fill, part, token_ids, committed = self.fill, self.part, step.token_ids, step.committed
         ngram_min, ngram_max, max_model_len = fill.ngram_min, fill.ngram_max, fill.max_model_len
-        ends = step.num_tokens[rows].tolist()
+        subset = step.rows_index(rows)
+        ends = (step.num_tokens if subset is None else step.num_tokens[subset]).tolist()
         usual: tuple[list[int], list[int]] = ([], [])
         latest: tuple[list[int], list[int]] = ([], [])
         usual_start, usual_size = usual[0].append, usual[1].append

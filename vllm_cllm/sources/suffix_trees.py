@@ -117,7 +117,8 @@ class SuffixTrees:
         found: list[list[int]] = []
         append = found.append
         req_ids, greedy, token_ids = step.req_ids, step.greedy, step.token_ids
-        ends = step.num_tokens[rows].tolist()
+        subset = step.rows_index(rows)
+        ends = (step.num_tokens if subset is None else step.num_tokens[subset]).tolist()
         part, native = self.part, self._native
         extend, speculate = native if native is not None else (None, None)
         # slices of vLLM's int32 token buffer are what arctic-inference reads as they are
