@@ -128,8 +128,9 @@ class NgramIndex:
     def __init__(self, ngram_min: int, ngram_max: int) -> None:
         self.ngram_min, self.ngram_max = ngram_min, ngram_max
         self.tokens: list[int] = []
-        #: n-gram → every position it ends at that a committed token follows, in order
-        self.ends: dict[tuple[int, ...], list[int]] = {}
+        #: n-gram → every position it ends at that a committed token follows, in order: the
+        #: position itself while there is one (most n-grams), a list from the second on
+        self.ends: dict[tuple[int, ...], int | list[int]] = {}
 
     def extend(self, context: np.ndarray) -> None:
         """Index the tokens of ``context`` (the request's committed tokens) not seen yet;
@@ -149,20 +150,21 @@ class NgramIndex:
         """:meth:`extend` with ``row[:end]``, the new tokens taken from ``committed`` (what
         the request committed this step, the last tokens of ``row[:end]``) where they are
         all that is new: no slice of the row is read then."""
+        self.step(row[None], 0, end, committed, False)
+
+    def step(self, buffer: np.ndarray, i: int, end: int, committed: list[int], wanted: bool
+             ) -> tuple[int, int] | None:
+        """:meth:`extend_row` with row ``i`` of ``buffer`` (vLLM's token buffer), then
+        :meth:`starts` where ``wanted`` (one call a request and step, no row view where
+        nothing but the committed tokens is new)."""
         tokens = self.tokens
         have = len(tokens)
-        if have and len(committed) == end - have and tokens[-1] == row.item(have - 1):
+        if have and len(committed) == end - have and tokens[-1] == buffer.item(i, have - 1):
             if committed:
                 self._add(committed)
-            return
-        self.extend(row[:end])
-
-    def step(self, row: np.ndarray, end: int, committed: list[int], wanted: int
-             ) -> tuple[int, int] | None:
-        """:meth:`extend_row`, then :meth:`starts` where ``wanted`` tokens are (one call a
-        request and step)."""
-        self.extend_row(row, end, committed)
-        return self.starts(row) if wanted else None
+        else:
+            self.extend(buffer[i, :end])
+        return self._starts(buffer, i) if wanted else None
 
     def _add(self, new: list[int]) -> None:
         """Append ``new`` to the indexed tokens, and index the n-grams that now have a next
@@ -174,36 +176,42 @@ class NgramIndex:
         first = max(have - 1, n - 1)  # n-grams whose next token has just been committed
         if first >= length - 1:
             return
-        if length - first <= 8:  # a step's few tokens
-            for end in range(first, length - 1):
-                # (the usual bigram's key built without a slice)
-                key = (tokens[end - 1], tokens[end]) if n == 2 else \
-                    tuple(tokens[end - n + 1:end + 1])
-                found = ends.get(key)
-                if found is None:
-                    ends[key] = [end]
-                else:
-                    found.append(end)
-            return
-        keys = zip(*(tokens[first - n + 1 + o:length - n + o] for o in range(n)), strict=True)
+        if length - first <= 8:  # a step's few tokens: each key built without a slice
+            keys = [(tokens[end - 1], tokens[end]) if n == 2 else
+                    tuple(tokens[end - n + 1:end + 1]) for end in range(first, length - 1)]
+        else:
+            keys = zip(*(tokens[first - n + 1 + o:length - n + o] for o in range(n)),
+                       strict=True)
         for end, key in enumerate(keys, first):
-            ends.setdefault(key, []).append(end)
+            found = ends.get(key)
+            if found is None:
+                ends[key] = end
+            elif found.__class__ is int:
+                ends[key] = [found, end]
+            else:
+                found.append(end)
 
     def starts(self, context: np.ndarray) -> tuple[int, int] | None:
         """Where the usual and the latest continuation of the longest suffix n-gram begin in
         the indexed tokens (:meth:`extend`), None where no suffix n-gram occurred.
         ``context`` holds them as an array (it may go on past them: a row of vLLM's token
         buffer); it is read only where an n-gram occurred very often."""
+        return self._starts(context[None], 0)
+
+    def _starts(self, buffer: np.ndarray, i: int) -> tuple[int, int] | None:
+        """:meth:`starts` with row ``i`` of ``buffer`` as the context."""
         tokens, n = self.tokens, self.ngram_min
         length = len(tokens)
         top = min(self.ngram_max, length - 1)
         if top < max(n, 1):
             return None
         ends = self.ends.get((tokens[-2], tokens[-1]) if n == 2 else tuple(tokens[length - n:]))
-        if not ends:
+        if ends is None:
             return None
+        if ends.__class__ is int:  # one occurrence: the longest match there is
+            return ends + 1, ends + 1
         if top > n and len(ends) > self.VECTOR_AT:
-            hits = self._longest_vector(context, length, np.array(ends), top).tolist()
+            hits = self._longest_vector(buffer[i], length, np.array(ends), top).tolist()
         elif top > n:
             # extend each occurrence backwards, up to top tokens; keep those that go furthest
             before = [tokens[length - 1 - back] for back in range(n, top)]  # nearest first
@@ -293,7 +301,7 @@ class RequestNgrams:
                 index = state.parts[part] = NgramIndex(ngram_min, ngram_max)
             # NgramFill.room: what fits before max_model_len, nothing for too short a context
             n = 0 if end <= ngram_min else min(n, max_model_len - end)
-            found = index.step(token_ids[i], end, committed[i], n > 0)
+            found = index.step(token_ids, i, end, committed[i], n > 0)
             if found is None:
                 usual_start(end)
                 usual_size(0)
