@@ -68,12 +68,15 @@ def _native_trees(cache: Any) -> tuple[Any, Any] | None:
 @dataclass(slots=True)
 class _InTree:
     """A request's place in the trees (kept in its state): its cache, how many of its tokens
-    the cache holds, and its own tree in the cache (None where the cache is not read
-    natively)."""
+    the cache holds and, where the cache is read natively, its own tree, the cache's global
+    tree (None: the cache keeps no outputs) and the cache's map of requests to their
+    sequences in that tree."""
 
     cache: Any
     seen: int
     local: Any = None
+    global_tree: Any = None
+    seq_ids: dict[Any, int] | None = None
 
 
 class SuffixTrees:
@@ -123,6 +126,7 @@ class SuffixTrees:
         extend, speculate = native if native is not None else (None, None)
         # slices of vLLM's int32 token buffer are what arctic-inference reads as they are
         as_is = token_ids.dtype == np.int32 and token_ids.flags.c_contiguous
+        factor, offset, min_prob = SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB
         for i, n, end, state in zip(rows, lengths, ends, states, strict=True):
             req_id = req_ids[i]
             record: _InTree | None = state.parts.get(part)
@@ -134,7 +138,7 @@ class SuffixTrees:
                 continue
             # a request in its trees drafting: SuffixDecodingCache.add_active_response and
             # .speculate, unwrapped (the same calls, without the checks and result copies)
-            seen, cache, local = record.seen, record.cache, record.local
+            seen, local, global_tree = record.seen, record.local, record.global_tree
             context = token_ids[i, end - TREE_DEPTH if end > TREE_DEPTH else 0:end]
             if not as_is:
                 context = np.ascontiguousarray(context, dtype=np.int32)
@@ -143,14 +147,14 @@ class SuffixTrees:
                 if not as_is:
                     tokens = np.ascontiguousarray(tokens, dtype=np.int32)
                 extend(local, 0, tokens)
-                seq_id = cache._req_to_seq_id.get(req_id)
+                # (the cache may have evicted the request's output from its global tree)
+                seq_id = record.seq_ids.get(req_id)  # type: ignore[union-attr]
                 if seq_id is not None:
-                    extend(cache._global_tree, seq_id, tokens)
+                    extend(global_tree, seq_id, tokens)
             record.seen = end
-            best = speculate(local, context, n, SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB, False)
-            if cache._max_cached_requests != 0:  # an empty global tree drafts nothing
-                other = speculate(cache._global_tree, context, n, SPEC_FACTOR, SPEC_OFFSET,
-                                  MIN_TOKEN_PROB, False)
+            best = speculate(local, context, n, factor, offset, min_prob, False)
+            if global_tree is not None:  # (an empty global tree drafts nothing)
+                other = speculate(global_tree, context, n, factor, offset, min_prob, False)
                 if other.score > best.score:
                     best = other
             append(best.token_ids)
@@ -171,8 +175,12 @@ class SuffixTrees:
                 cache.evict_cached_response(req_id)
             cache.start_request(req_id, np.ascontiguousarray(context[:first_output],
                                                              dtype=np.int32))
-            local = cache._local_trees[req_id] if self._native is not None else None
-            record = state.parts[self.part] = _InTree(cache, first_output, local)
+            record = state.parts[self.part] = _InTree(cache, first_output)
+            if self._native is not None:
+                record.local = cache._local_trees[req_id]
+                record.seq_ids = cache._req_to_seq_id
+                if cache._max_cached_requests != 0:
+                    record.global_tree = cache._global_tree
         if len(context) > record.seen:
             record.cache.add_active_response(
                 req_id, np.ascontiguousarray(context[record.seen:], dtype=np.int32))
