@@ -108,9 +108,9 @@ class SuffixTrees:
                      ) -> dict[str, np.ndarray]:
         drafts = self._drafts(step, rows, lengths.tolist(), states)
         sizes = np.fromiter(map(len, drafts), dtype=np.int64, count=len(drafts))
-        if sizes.any():
-            grid = into["suffix"]
-            grid[np.arange(grid.shape[1]) < sizes[:, None]] = list(chain.from_iterable(drafts))
+        grid = into["suffix"]
+        grid[np.arange(grid.shape[1]) < sizes[:, None]] = np.fromiter(
+            chain.from_iterable(drafts), dtype=np.int64, count=int(sizes.sum()))
         return {"suffix": sizes}
 
     def _drafts(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
