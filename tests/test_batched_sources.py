@@ -10,7 +10,7 @@ import numpy as np
 from vllm_cllm.policies.acceptance import HALVE_AT, TokenAcceptance, _add_ones
 from vllm_cllm.policies.adaptive import best_candidate, best_candidates
 from vllm_cllm.policies.cost_model import draft_lengths, draft_lengths_grid, step_cost
-from vllm_cllm.sources.ngram import NgramIndex, ngram_continuations
+from vllm_cllm.sources.ngram import ngram_continuations, ngram_starts
 
 NAMES = ("suffix", "ngram", "tail")
 
@@ -130,28 +130,31 @@ def test_grid_values_and_best_candidates_match_the_per_request_ones():
             assert (NAMES[best[r]] if best[r] >= 0 else None) == name
 
 
-def test_ngram_index_finds_what_the_scan_finds():
+def test_the_byte_search_finds_what_the_scan_finds():
+    """ngram_starts over a request's tokens as bytes (int32 as in vLLM's buffer, and int64)
+    against the numpy scan, with vocabularies small enough that n-grams repeat and large
+    enough that a token's bytes also match across two tokens."""
     rng = np.random.default_rng(5)
-    for _ in range(400):
-        vocab, ngram_min = int(rng.integers(2, 10)), int(rng.integers(1, 4))
+    for trial in range(3000):
+        vocab = int(rng.choice([2, 5, 9, 300, 70000]))
+        ngram_min = int(rng.integers(1, 4))
         ngram_max = ngram_min + int(rng.integers(0, 4))
-        context = rng.integers(0, vocab, int(rng.integers(1, 400)))
-        index, end = NgramIndex(ngram_min, ngram_max), int(rng.integers(1, 5))
-        while end <= len(context):  # committed a few tokens at a time, as a request does
-            seen = context[:end]
-            index.extend(seen)
-            usual, latest = ngram_continuations(seen, ngram_min, ngram_max, 5)
-            found = index.starts(seen)
-            if found is None:
-                assert not len(usual) and not len(latest)
-            else:
-                assert seen[found[0]:found[0] + 5].tolist() == usual.tolist()
-                assert seen[found[1]:found[1] + 5].tolist() == latest.tolist()
-            end += int(rng.integers(1, 6))
-    index = NgramIndex(2, 4)
-    index.extend(np.array([1, 2, 3, 1, 2]))
-    index.extend(np.array([5, 6, 7, 5, 6, 7]))  # not a continuation: indexed afresh
-    assert index.starts(np.array([5, 6, 7, 5, 6, 7])) == (3, 3)
+        dtype = (np.int32, np.int64)[trial % 2]
+        context = rng.integers(0, vocab, int(rng.integers(0, 200))).astype(dtype)
+        if vocab == 70000 and len(context) > 8:  # repeat a phrase: a match across bytes too
+            context[-4:] = context[3:7]
+        usual, latest = ngram_continuations(context, ngram_min, ngram_max, 5)
+        found = ngram_starts(context.tobytes(), context.itemsize, ngram_min, ngram_max)
+        if found is None:
+            assert not len(usual) and not len(latest)
+        else:
+            assert context[found[0]:found[0] + 5].tolist() == usual.tolist()
+            assert context[found[1]:found[1] + 5].tolist() == latest.tolist()
+    # the bytes of 65536, 65536, 5 << 16 hold those of 1, 1 two bytes in (little-endian
+    # 0 0 1 0 | 0 0 1 0 | 0 0 5 0): not an occurrence of the last two tokens
+    tokens = np.array([65536, 65536, 5 << 16, 7, 1, 1], dtype=np.int32)
+    assert tokens.tobytes().find(tokens[-2:].tobytes()) == 2
+    assert ngram_starts(tokens.tobytes(), 4, 2, 4) is None
 
 
 def _same_drafts_run():
