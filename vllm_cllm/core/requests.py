@@ -51,14 +51,7 @@ class RequestTable:
     def open(self, req_id: str | None, committed: list[int]) -> RequestState:
         """The request's state (new on its first step), with this step's committed tokens
         added to its output; a request without an id gets a state that is not kept."""
-        state = self._states.get(req_id) if req_id is not None else None
-        if state is None:
-            state = RequestState()
-            if req_id is not None:
-                self._states[req_id] = state
-        if self.keeps_output:
-            state.output.extend(committed)
-        return state
+        return self.open_rows([req_id], [committed], [0])[0]
 
     def open_rows(self, req_ids: list[str | None], committed: list[list[int]],
                   rows: list[int]) -> list[RequestState]:
