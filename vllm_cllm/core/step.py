@@ -53,8 +53,10 @@ class VerifyStep:
         rooms = np.minimum(max_model_len - lengths, max_draft)
         np.maximum(rooms, 0, out=rooms)
         rooms[num_committed == 0] = 0
-        greedy = np.fromiter((r in greedy_ids for r in req_ids), dtype=bool, count=batch) \
-            if greedy_ids else np.zeros(batch, dtype=bool)
+        if greedy_ids and greedy_ids.issuperset(req_ids):  # the usual step: all greedy
+            greedy = np.ones(batch, dtype=bool)
+        else:
+            greedy = np.fromiter((r in greedy_ids for r in req_ids), dtype=bool, count=batch)
         return cls(req_ids=req_ids, committed=committed, num_tokens=lengths,
                    token_ids=token_ids, rooms=rooms, greedy=greedy, predictions=predictions,
                    num_committed=num_committed)
