@@ -301,3 +301,24 @@ def test_sizing_only_the_drafting_requests_sizes_as_the_whole_step():
         sized = draft_lengths_grid(values[drafting], caps[drafting], knee, 0.0,
                                    token_margin=0.3, batch=batch)
         assert np.array_equal(sized, expected[drafting])
+
+
+def test_a_shadow_is_decided_as_the_grid_rule_decides_it():
+    """Shadow.decided (lists) against the rule on the grid: every candidate missed among the
+    committed tokens or is no longer than them, or as many tokens as the grid is wide."""
+    from vllm_cllm.policies.adaptive import Shadow
+
+    rng = np.random.default_rng(12)
+    for _ in range(3000):
+        width, vocab = int(rng.integers(1, 7)), int(rng.integers(1, 4))
+        grid = np.full((3, width), -1, dtype=np.int64)
+        for s in range(3):
+            n = int(rng.integers(0, width + 1))
+            grid[s, :n] = rng.integers(0, vocab, n)
+        known = rng.integers(0, vocab, int(rng.integers(0, width + 1)))
+        n = len(known)
+        lengths = (grid >= 0).sum(axis=1)
+        expected = n >= width or bool(np.all((grid[:, :n] != known).any(axis=1) |
+                                             (lengths <= n)))
+        shadow = Shadow.of(grid, np.zeros_like(grid), 0)
+        assert shadow.decided(known.tolist()) == expected
