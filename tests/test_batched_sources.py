@@ -7,10 +7,10 @@ import heapq
 
 import numpy as np
 
-from vllm_cllm.policies.acceptance import HALVE_AT, MAX_VOTES, TokenAcceptance, _add_ones
+from vllm_cllm.policies.acceptance import HALVE_AT, TokenAcceptance, _add_ones
 from vllm_cllm.policies.adaptive import best_candidate, best_candidates
-from vllm_cllm.policies.cost_model import draft_lengths, step_cost
-from vllm_cllm.sources.ngram import NgramIndex, ngram_continuations
+from vllm_cllm.policies.cost_model import draft_lengths, draft_lengths_grid, step_cost
+from vllm_cllm.sources.ngram import ngram_continuations, ngram_starts
 
 NAMES = ("suffix", "ngram", "tail")
 
@@ -96,8 +96,8 @@ def test_acceptance_over_a_step_counts_and_halves_as_request_by_request():
         known = np.full((batch, k), -2, dtype=np.int64)
         for r, c in enumerate(committed):
             known[r, :min(k, len(c))] = c[:k]
-        grid.observe_grid(rows, cells, grid.grid_votes(cells), previous, known,
-                          np.array([len(c) for c in committed]))
+        grid.observe_grid(grid.grid_cells(rows, cells, previous), cells,
+                          known, np.array([len(c) for c in committed]))
         assert np.array_equal(one.trials, grid.trials)
         assert np.array_equal(one.accepted, grid.accepted)
     assert halvings > 40 and grid.trials.max() <= HALVE_AT
@@ -115,9 +115,9 @@ def test_grid_values_and_best_candidates_match_the_per_request_ones():
         for r, candidates in enumerate(found):
             for s, name in enumerate(NAMES):
                 cells[r, s, :len(candidates[name])] = candidates[name]
-        votes = table.grid_votes(cells)
-        assert votes.max() <= MAX_VOTES
-        values = table.grid_values(np.arange(len(NAMES)), votes, previous)
+        index = table.grid_cells(np.arange(len(NAMES)), cells, previous)
+        assert 0 <= index.min() and index.max() < table.trials.size
+        values = table.grid_values(index)
         lengths = (cells >= 0).sum(axis=-1)
         knee, margin = float(rng.choice([8, 64, 2048])), 0.3
         best = best_candidates(values, lengths, knee, 0.0, margin)
@@ -130,28 +130,31 @@ def test_grid_values_and_best_candidates_match_the_per_request_ones():
             assert (NAMES[best[r]] if best[r] >= 0 else None) == name
 
 
-def test_ngram_index_finds_what_the_scan_finds():
+def test_the_byte_search_finds_what_the_scan_finds():
+    """ngram_starts over a request's tokens as bytes (int32 as in vLLM's buffer, and int64)
+    against the numpy scan, with vocabularies small enough that n-grams repeat and large
+    enough that a token's bytes also match across two tokens."""
     rng = np.random.default_rng(5)
-    for _ in range(400):
-        vocab, ngram_min = int(rng.integers(2, 10)), int(rng.integers(1, 4))
+    for trial in range(3000):
+        vocab = int(rng.choice([2, 5, 9, 300, 70000]))
+        ngram_min = int(rng.integers(1, 4))
         ngram_max = ngram_min + int(rng.integers(0, 4))
-        context = rng.integers(0, vocab, int(rng.integers(1, 400)))
-        index, end = NgramIndex(ngram_min, ngram_max), int(rng.integers(1, 5))
-        while end <= len(context):  # committed a few tokens at a time, as a request does
-            seen = context[:end]
-            index.extend(seen)
-            usual, latest = ngram_continuations(seen, ngram_min, ngram_max, 5)
-            found = index.starts(seen)
-            if found is None:
-                assert not len(usual) and not len(latest)
-            else:
-                assert seen[found[0]:found[0] + 5].tolist() == usual.tolist()
-                assert seen[found[1]:found[1] + 5].tolist() == latest.tolist()
-            end += int(rng.integers(1, 6))
-    index = NgramIndex(2, 4)
-    index.extend(np.array([1, 2, 3, 1, 2]))
-    index.extend(np.array([5, 6, 7, 5, 6, 7]))  # not a continuation: indexed afresh
-    assert index.starts(np.array([5, 6, 7, 5, 6, 7])) == (3, 3)
+        dtype = (np.int32, np.int64)[trial % 2]
+        context = rng.integers(0, vocab, int(rng.integers(0, 200))).astype(dtype)
+        if vocab == 70000 and len(context) > 8:  # repeat a phrase: a match across bytes too
+            context[-4:] = context[3:7]
+        usual, latest = ngram_continuations(context, ngram_min, ngram_max, 5)
+        found = ngram_starts(context.tobytes(), context.itemsize, ngram_min, ngram_max)
+        if found is None:
+            assert not len(usual) and not len(latest)
+        else:
+            assert context[found[0]:found[0] + 5].tolist() == usual.tolist()
+            assert context[found[1]:found[1] + 5].tolist() == latest.tolist()
+    # the bytes of 65536, 65536, 5 << 16 hold those of 1, 1 two bytes in (little-endian
+    # 0 0 1 0 | 0 0 1 0 | 0 0 5 0): not an occurrence of the last two tokens
+    tokens = np.array([65536, 65536, 5 << 16, 7, 1, 1], dtype=np.int32)
+    assert tokens.tobytes().find(tokens[-2:].tobytes()) == 2
+    assert ngram_starts(tokens.tobytes(), 4, 2, 4) is None
 
 
 def _same_drafts_run():
@@ -190,3 +193,132 @@ def test_small_steps_draft_as_the_grid_does(monkeypatch):
     monkeypatch.setattr(JacobiProposer, "propose", switching)
     mixed, _ = run(spec, 6, 150, seed=7)
     assert mixed == grid
+
+
+def _grid_of(candidates, width):
+    """Per-request candidates packed as a grid (-1 past each) and their lengths."""
+    grid = np.full((len(candidates), width), -1, dtype=np.int64)
+    for j, tokens in enumerate(candidates):
+        grid[j, :len(tokens)] = tokens
+    return grid, np.array([len(c) for c in candidates])
+
+
+def _random_step(rng, batch, vocab=5, device=False, masks=False):
+    """A verify step of ``batch`` requests over a small vocabulary (so that n-grams repeat),
+    with random verify rows and commits; ``device``: blocks from the fixed-point step."""
+    from fakes import step
+
+    contexts, committed, rows = [], [], []
+    for _ in range(batch):
+        drafts = int(rng.integers(0, 6))
+        row = rng.integers(0, vocab, drafts + 1).tolist()
+        accepted = int(rng.integers(0, drafts + 1))
+        context = rng.integers(0, vocab, int(rng.integers(3, 60))).tolist()
+        contexts.append(context + row[:accepted + 1])
+        committed.append(row[:accepted + 1])
+        rows.append(row)
+    made = step(contexts, committed, rows, rooms=rng.integers(0, 8, batch).tolist())
+    p = made.predictions
+    if masks:
+        p.num_mask = rng.integers(0, 3, batch)
+    if device:
+        k = 6
+        p.accepted = np.where(rng.random(batch) < 0.7, made.num_committed - 1, -1)
+        p.next_len = rng.integers(0, k + 1, batch)
+        p.next_draft = rng.integers(0, vocab, (batch, k))
+    return made
+
+
+def test_tails_written_into_a_grid_are_the_tails():
+    rng = np.random.default_rng(9)
+    for _ in range(200):
+        batch = int(rng.integers(5, 12))
+        made = _random_step(rng, batch, device=bool(rng.random() < 0.5),
+                            masks=bool(rng.random() < 0.5))
+        rows = [i for i in range(batch) if rng.random() < 0.8] or [0]
+        lengths = np.asarray(rng.integers(1, 8, len(rows)))
+        expected, sizes = _grid_of(made.tails(rows, lengths.tolist()), 8)
+        into = np.full((len(rows), 8), -1, dtype=np.int64)
+        assert np.array_equal(made.tails_into(rows, lengths, into), sizes)
+        assert np.array_equal(into, expected)
+
+
+def test_grid_sources_write_what_they_propose():
+    """Each source that writes into the grid (the n-grams, the Jacobi tail, the suffix trees)
+    writes there what it proposes as arrays, and a source without that way is packed: two
+    copies of the sources, one asked for a grid and one for arrays, step by step."""
+    from test_core import Period
+
+    from vllm_cllm.core.grid import candidate_grid
+    from vllm_cllm.core.requests import RequestState
+    from vllm_cllm.policies.fixed_order import gather
+    from vllm_cllm.sources.ngram import NgramFill, RequestNgrams
+    from vllm_cllm.sources.suffix_trees import SuffixTrees
+    from vllm_cllm.sources.tail import JacobiTail
+
+    def sources():
+        trees, ngrams = SuffixTrees(max_cached=4), RequestNgrams(NgramFill(2, 4, 70))
+        return {"suffix": trees, "ngram": ngrams, "ngram_latest": ngrams, "tail": JacobiTail(),
+                "period": Period(3)}
+
+    rng = np.random.default_rng(10)
+    into_grid, as_arrays = sources(), sources()
+    names = ("suffix", "ngram", "tail", "period", "ngram_latest")
+    states: tuple[dict[str, RequestState], dict[str, RequestState]] = ({}, {})
+    for _ in range(60):
+        made = _random_step(rng, 8, device=bool(rng.random() < 0.5))
+        made.req_ids = [f"q{n}" for n in rng.permutation(12)[:8].tolist()]
+        rows = [i for i in range(8) if made.rooms[i] > 0]
+        if not rows:
+            continue
+        mine = [[table.setdefault(made.req_ids[i], RequestState()) for i in rows]
+                for table in states]
+        lengths = made.rooms[np.asarray(rows)]
+        grid, sizes = candidate_grid(into_grid, names, made, rows, lengths, mine[0])
+        proposed = gather(as_arrays, names, made, rows, lengths.tolist(), mine[1])
+        for s, name in enumerate(names):
+            expected, lengths_of = _grid_of(proposed[name], grid.shape[2])
+            assert np.array_equal(grid[:, s], expected), name
+            assert np.array_equal(sizes[:, s], lengths_of), name
+        for req_id in list(states[0]):  # some requests leave
+            if rng.random() < 0.2:
+                for table, copy in zip(states, (into_grid, as_arrays), strict=True):
+                    copy["suffix"].release(req_id, table.pop(req_id))
+
+
+def test_sizing_only_the_drafting_requests_sizes_as_the_whole_step():
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        batch, width = int(rng.integers(1, 30)), int(rng.integers(1, 8))
+        values = np.cumprod(rng.choice([0.25, 0.5, 0.75, 1.0], (batch, width)), axis=1)
+        caps = rng.integers(0, width + 1, batch)
+        drafting = np.flatnonzero(rng.random(batch) < 0.6)
+        whole = np.zeros_like(values)
+        whole[drafting] = values[drafting]
+        knee = float(rng.choice([20, 256, 2048]))
+        expected = draft_lengths_grid(whole, np.where(np.isin(np.arange(batch), drafting),
+                                                      caps, 0), knee, 0.0, token_margin=0.3)
+        sized = draft_lengths_grid(values[drafting], caps[drafting], knee, 0.0,
+                                   token_margin=0.3, batch=batch)
+        assert np.array_equal(sized, expected[drafting])
+
+
+def test_a_shadow_is_decided_as_the_grid_rule_decides_it():
+    """Shadow.decided (lists) against the rule on the grid: every candidate missed among the
+    committed tokens or is no longer than them, or as many tokens as the grid is wide."""
+    from vllm_cllm.policies.adaptive import Shadow
+
+    rng = np.random.default_rng(12)
+    for _ in range(3000):
+        width, vocab = int(rng.integers(1, 7)), int(rng.integers(1, 4))
+        grid = np.full((3, width), -1, dtype=np.int64)
+        for s in range(3):
+            n = int(rng.integers(0, width + 1))
+            grid[s, :n] = rng.integers(0, vocab, n)
+        known = rng.integers(0, vocab, int(rng.integers(0, width + 1)))
+        n = len(known)
+        lengths = (grid >= 0).sum(axis=1)
+        expected = n >= width or bool(np.all((grid[:, :n] != known).any(axis=1) |
+                                             (lengths <= n)))
+        shadow = Shadow.of(grid, np.zeros_like(grid), 0)
+        assert shadow.decided(known.tolist()) == expected

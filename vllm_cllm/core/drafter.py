@@ -47,19 +47,21 @@ class Policy(Protocol):
 
     def draft(self, step: VerifyStep, rows: Sequence[int], states: Sequence[RequestState],
               sources: Mapping[str, DraftSource]) -> list[np.ndarray]:
-        """The draft of each request in ``rows`` (at most its room)."""
+        """The draft of each request in ``rows`` (at most its room); the drafter gives
+        ``rows`` in the step's order."""
 
 
 class Drafter:
     """Sources and policies over whole verify steps, with the request table.
 
     Each drafting request (one with room) is routed to a policy by ``route`` (for the step
-    and its drafting requests, each one's policy index; default: the first); the policies run
-    in the order given, each over all of its requests at once.
+    and its drafting requests, each one's policy index, or one index for all of them;
+    default: the first); the policies run in the order given, each over all of its requests
+    at once.
     """
 
     def __init__(self, sources: Sequence[DraftSource], policies: Sequence[Policy],
-                 route: Callable[[VerifyStep, list[int]], Sequence[int]] | None = None,
+                 route: Callable[[VerifyStep, list[int]], Sequence[int] | int] | None = None,
                  table: RequestTable | None = None) -> None:
         self.sources: dict[str, DraftSource] = {}
         for source in sources:
@@ -80,11 +82,12 @@ class Drafter:
         rows = step.drafting()
         if not rows:
             return drafts
-        open_state, req_ids, committed = self.table.open, step.req_ids, step.committed
-        states = [open_state(req_ids[i], committed[i]) for i in rows]
-        routes = self.route(step, rows) if self.route is not None else [0]
+        states = self.table.open_rows(step.req_ids, step.committed, rows)
+        routes = self.route(step, rows) if self.route is not None else 0
         routed: list[tuple[list[int], list[RequestState]]] = [([], []) for _ in self.policies]
-        if len(set(routes)) == 1:  # one policy takes them all
+        if isinstance(routes, int):  # one policy takes them all
+            routed[routes] = (rows, states)
+        elif len(set(routes)) == 1:
             routed[routes[0]] = (rows, states)
         else:
             for i, state, to in zip(rows, states, routes, strict=True):

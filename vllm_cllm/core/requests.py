@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestState:
     """What the drafter remembers about one running request."""
 
@@ -51,14 +51,26 @@ class RequestTable:
     def open(self, req_id: str | None, committed: list[int]) -> RequestState:
         """The request's state (new on its first step), with this step's committed tokens
         added to its output; a request without an id gets a state that is not kept."""
-        state = self._states.get(req_id) if req_id is not None else None
-        if state is None:
-            state = RequestState()
-            if req_id is not None:
-                self._states[req_id] = state
-        if self.keeps_output:
-            state.output.extend(committed)
-        return state
+        return self.open_rows([req_id], [committed], [0])[0]
+
+    def open_rows(self, req_ids: list[str | None], committed: list[list[int]],
+                  rows: list[int]) -> list[RequestState]:
+        """:meth:`open` for the requests ``rows`` of a step (ids ``req_ids[i]``, this step's
+        tokens ``committed[i]``), in one pass."""
+        states, get = self._states, self._states.get
+        keeps_output = self.keeps_output
+        opened = []
+        for i in rows:
+            req_id = req_ids[i]
+            state = get(req_id) if req_id is not None else None
+            if state is None:
+                state = RequestState()
+                if req_id is not None:
+                    states[req_id] = state
+            if keeps_output:
+                state.output.extend(committed[i])
+            opened.append(state)
+        return opened
 
     def retain(self, live_req_ids: set[str]) -> None:
         """Release every request not in ``live_req_ids``, in the order they were opened."""

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
 from vllm_cllm.core.predictions import VerifyPredictions
-from vllm_cllm.core.tokens import EMPTY
+from vllm_cllm.core.tokens import EMPTY, write_spans
 
 
 @dataclass
@@ -28,6 +29,13 @@ class VerifyStep:
     rooms: np.ndarray  # [B] int
     greedy: np.ndarray  # [B] bool
     predictions: VerifyPredictions | None
+    #: [B] how many tokens each request committed this step (``len(committed[i])``)
+    num_committed: np.ndarray = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.num_committed is None:
+            self.num_committed = np.fromiter(map(len, self.committed), dtype=np.int64,
+                                             count=len(self.committed))
 
     @classmethod
     def from_vllm(cls, committed: list[list[int]], num_tokens: np.ndarray,
@@ -40,13 +48,18 @@ class VerifyStep:
         req_ids: list[str | None] = list(predictions.req_ids) if predictions is not None \
             else [None] * batch
         lengths = np.asarray(num_tokens[:batch], dtype=np.int64)
-        rooms = np.where([bool(c) for c in committed],
-                         np.clip(max_model_len - lengths, 0, max_draft), 0) if batch else \
-            np.zeros(0, dtype=np.int64)
-        greedy = np.array([r is not None and r in greedy_ids for r in req_ids], dtype=bool)
+        num_committed = np.fromiter(map(len, committed), dtype=np.int64, count=batch)
+        # what fits before max_model_len, at most max_draft, and nothing in a partial prefill
+        rooms = np.minimum(max_model_len - lengths, max_draft)
+        np.maximum(rooms, 0, out=rooms)
+        rooms[num_committed == 0] = 0
+        if greedy_ids and greedy_ids.issuperset(req_ids):  # the usual step: all greedy
+            greedy = np.ones(batch, dtype=bool)
+        else:
+            greedy = np.fromiter((r in greedy_ids for r in req_ids), dtype=bool, count=batch)
         return cls(req_ids=req_ids, committed=committed, num_tokens=lengths,
-                   token_ids=token_ids, rooms=np.asarray(rooms, dtype=np.int64),
-                   greedy=greedy, predictions=predictions)
+                   token_ids=token_ids, rooms=rooms, greedy=greedy, predictions=predictions,
+                   num_committed=num_committed)
 
     def __len__(self) -> int:
         return len(self.committed)
@@ -68,49 +81,98 @@ class VerifyStep:
 
     def drafting(self) -> list[int]:
         """The requests that may draft this step."""
-        return [int(i) for i in np.flatnonzero(self.rooms)]
+        return self.rooms.nonzero()[0].tolist()
 
     def committed_grid(self, rows: list[int], width: int) -> tuple[np.ndarray, np.ndarray]:
         """The tokens requests ``rows`` committed this step, as a [len(rows), width] grid
         (-2, which no draft holds, past each request's tokens or its first ``width``), and
         how many each committed."""
-        counts = np.fromiter((len(self.committed[i]) for i in rows), dtype=np.int64,
-                             count=len(rows))
-        grid = np.full((len(rows), width), -2, dtype=np.int64)
+        counts = self.num_committed[rows]
+        grid = np.empty((len(rows), width), dtype=np.int64)
+        grid.fill(-2)
         kept = np.minimum(counts, width)
         if kept.any():
-            grid[np.arange(width) < kept[:, None]] = np.fromiter(
-                (t for i, n in zip(rows, kept.tolist(), strict=True)
-                 for t in self.committed[i][:n]), dtype=np.int64, count=int(kept.sum()))
+            committed = self.committed
+            if int(counts.max()) <= width:
+                tokens = list(chain.from_iterable([committed[i] for i in rows]))
+            else:
+                tokens = list(chain.from_iterable([committed[i][:n] for i, n in
+                                                   zip(rows, kept.tolist(), strict=True)]))
+            grid[np.arange(width) < kept[:, None]] = tokens
         return grid, counts
 
     def tails(self, rows: list[int], lengths: list[int]) -> list[np.ndarray]:
         """:meth:`tail` of each request in ``rows``, cut to its ``lengths`` entry: where each
-        begins and ends is worked out for all of them at once (the same rule as
-        :meth:`VerifyPredictions.next_block`)."""
+        begins and ends is worked out for all of them at once (:meth:`_tail_spans`)."""
         p = self.predictions
         if p is None:
             return [EMPTY] * len(rows)
         if len(rows) <= 4:  # a few requests: one at a time costs less than the arrays below
             return [self.tail(i)[:n] for i, n in zip(rows, lengths, strict=True)]
-        at = np.asarray(rows, dtype=np.int64)
-        sampled = np.fromiter((len(self.committed[i]) for i in rows), dtype=np.int64,
-                              count=len(rows))
-        begin, size = p.offsets[at], p.offsets[at + 1] - p.offsets[at]
-        mask = np.zeros(len(rows), dtype=np.int64) if p.num_mask is None else p.num_mask[at]
-        real = size - 1 - np.minimum(np.maximum(mask, 0), size - 1)  # as shifted_block
-        rejected = sampled - 1 < real
-        start = begin + np.where(rejected, sampled, real + 1)
-        stop = begin + np.where(rejected, real + 1, size)
-        end = begin + size
-        start = np.minimum(start, end)
-        stop = np.minimum(np.minimum(stop, end), start + np.asarray(lengths, dtype=np.int64))
-        stop = np.maximum(stop, start)
+        start, size, device = self._tail_spans(self.rows_index(rows),
+                                               np.asarray(lengths, dtype=np.int64))
         flat = p.flat
-        out = [flat[a:b] for a, b in zip(start.tolist(), stop.tolist(), strict=True)]
-        if p.accepted is not None:  # the device's blocks where vLLM accepted the greedy prefix
-            on_device = np.flatnonzero(p.accepted[at] == sampled - 1)
-            for j in on_device.tolist():
+        out = [flat[a:a + n] for a, n in zip(start.tolist(), size.tolist(), strict=True)]
+        if device is not None:  # the device's blocks where vLLM accepted the greedy prefix
+            for j in device.tolist():
                 i = rows[j]
                 out[j] = p.next_draft[i, :int(p.next_len[i])][:lengths[j]]
         return out
+
+    def tails_into(self, rows: list[int], lengths: np.ndarray, into: np.ndarray
+                   ) -> np.ndarray:
+        """:meth:`tails` written into ``into`` ([len(rows), K], all -1) from each row's first
+        column; their lengths."""
+        p = self.predictions
+        if p is None:
+            return np.zeros(len(rows), dtype=np.int64)
+        start, size, device = self._tail_spans(self.rows_index(rows), lengths)
+        if device is None:
+            write_spans(into, p.flat, start, size)
+            return size
+        assert p.next_draft is not None and p.next_len is not None
+        at = np.asarray(rows, dtype=np.int64)
+        on_host = np.ones(len(rows), dtype=bool)
+        on_host[device] = False
+        write_spans(into, p.flat, start, np.where(on_host, size, 0))
+        size[device] = np.minimum(p.next_len[at[device]], lengths[device])
+        write_spans(into, p.next_draft, np.zeros(len(device), dtype=np.int64), size[device],
+                    source_rows=at[device], into_rows=device)
+        return size
+
+    def rows_index(self, rows: list[int]) -> np.ndarray | None:
+        """``rows`` as an index array, None where they are every request of the step in
+        order (the usual step: nothing to gather)."""
+        if len(rows) == len(self) and list(rows) == list(range(len(rows))):
+            return None
+        return np.asarray(rows, dtype=np.int64)
+
+    def _tail_spans(self, at: np.ndarray | None, lengths: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Where the tails of requests ``at`` (None: all) begin in ``predictions.flat`` and
+        how long they are, cut to ``lengths`` (the rule of
+        :meth:`VerifyPredictions.next_block`, on the host), and the indices into ``at``
+        whose tail is the device's block instead (None: the step has no device blocks)."""
+        p = self.predictions
+        assert p is not None
+        if at is None:
+            sampled, begin, end = self.num_committed, p.offsets[:-1], p.offsets[1:]
+            at = slice(None)
+        else:
+            sampled, begin, end = self.num_committed[at], p.offsets[at], p.offsets[at + 1]
+        size = end - begin
+        device = None
+        if p.accepted is not None:
+            device = (p.accepted[at] == sampled - 1).nonzero()[0]
+        if p.num_mask is None:
+            # every slot a real draft: the predictions behind the committed ones, as far as
+            # the row goes (what the rule below comes to without masks)
+            start = begin + np.minimum(sampled, size)
+            return start, np.minimum(end - start, lengths), device
+        mask = p.num_mask[at]
+        real = size - 1 - np.minimum(np.maximum(mask, 0), size - 1)  # as shifted_block
+        rejected = sampled - 1 < real
+        start = np.minimum(begin + np.where(rejected, sampled, real + 1), end)
+        stop = np.minimum(begin + np.where(rejected, real + 1, size), end)
+        stop = np.maximum(np.minimum(stop, start + lengths), start)
+        return start, stop - start, device

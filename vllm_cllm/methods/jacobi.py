@@ -55,8 +55,11 @@ def jacobi_drafter(options: ProposerOptions, max_model_len: int) -> Drafter:
                 Adaptive([name, "ngram", "tail"], cost, options.token_margin_pct / 100),
                 as_is]
 
-    def route(step: VerifyStep, rows: list[int]) -> list[int]:
-        adaptive = step.greedy[np.asarray(rows, dtype=np.int64)] & options.adaptive
+    def route(step: VerifyStep, rows: list[int]) -> list[int] | int:
+        greedy = step.greedy if len(rows) == len(step) else step.greedy[rows]
+        if options.adaptive and greedy.all() and None not in step.req_ids:
+            return ADAPTIVE  # the usual step: every request greedy and captured
+        adaptive = greedy & options.adaptive
         to = np.where(adaptive, ADAPTIVE, FIXED)
         if None in step.req_ids:  # a step that was not captured: the block as it is
             to[[step.req_ids[i] is None for i in rows]] = UNCAPTURED

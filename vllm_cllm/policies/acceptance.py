@@ -52,8 +52,15 @@ class TokenAcceptance:
         self.sources = sources
         self._row = {name: i for i, name in enumerate(sources)}
         shape = (len(sources), POSITIONS, MAX_VOTES + 1, 3)
-        self.trials = np.full(shape, PRIOR_TRIALS)
-        self.accepted = np.full(shape, PRIOR_TRIALS * PRIOR_RATE)
+        #: trials and acceptances side by side, so that a step adds to both at once
+        #: (:meth:`observe_grid`); ``trials`` and ``accepted`` are its two halves
+        self.counts = np.empty((2, *shape))
+        self.trials, self.accepted = self.counts[0], self.counts[1]
+        self.trials[...] = PRIOR_TRIALS
+        self.accepted[...] = PRIOR_TRIALS * PRIOR_RATE
+        #: per slots' source rows and grid width, each token's cell without its vote and
+        #: outcome (:meth:`cell_index`)
+        self._cell_base: dict[tuple[bytes, int], np.ndarray] = {}
 
     def cells(self, candidates: dict[str, np.ndarray], previous: int = UNDRAFTED) -> Cells:
         """Each non-empty candidate's (source row, position cells, vote cells, ``previous``:
@@ -104,71 +111,87 @@ class TokenAcceptance:
     # candidate's length), the same cells and the same float operations as the per-request
     # methods above, so that the estimates, and so the drafts, are the same to the last bit.
 
-    def grid_votes(self, grid: np.ndarray) -> np.ndarray:
-        """Per row, source and position of ``grid`` ([R, S, K], -1 where a candidate has no
-        token), how many of the row's *other* candidates put the same token there (capped at
-        :data:`MAX_VOTES`; meaningless where the candidate has no token), as :meth:`cells`."""
-        present = grid >= 0
-        same = (grid[:, :, None, :] == grid[:, None, :, :]) & present[:, None, :, :]
-        return np.minimum(same.sum(axis=2) - 1, MAX_VOTES)
+    def grid_cells(self, rows: np.ndarray, grid: np.ndarray, previous: np.ndarray
+                   ) -> np.ndarray:
+        """Each token's cell of a grid ([R, S, K], -1 where a candidate has no token; ``rows``
+        [S] each slot's source row, ``previous`` [R] each row's outcome cell) as one flat
+        index into the table (``trials.reshape(-1)``): its source, position, how many of
+        the row's *other* candidates put the same token there (capped at :data:`MAX_VOTES`),
+        and the outcome, as :meth:`cells`. Where a candidate has no token the cell is
+        meaningless (but one of the table's). A request's cells are worked out once, when it
+        drafts: they value its candidates then and count them once vLLM has committed
+        (:meth:`observe_grid`)."""
+        _, _, num_votes, num_previous = self.trials.shape
+        # candidates with the same token at the same position, the candidate itself included
+        same = (grid[:, :, None, :] == grid[:, None, :, :]).sum(axis=2)
+        vote = np.minimum(np.arange(grid.shape[1] + 1) - 1, num_votes - 1) * num_previous
+        return self._base(rows, grid.shape[2]) + vote[same] + previous[:, None, None]
 
-    def grid_values(self, rows: np.ndarray, votes: np.ndarray,
-                    previous: np.ndarray) -> np.ndarray:
-        """:meth:`values` for every candidate of a grid: ``rows`` [S] each slot's source row,
-        ``votes`` [R, S, K] (:meth:`grid_votes`), ``previous`` [R] (or [R, S]) the outcome
-        cell; [R, S, K], valid up to each candidate's length (a prefix of the cumulative
-        product does not depend on what lies past it)."""
-        rates = self.accepted / self.trials
-        positions = np.minimum(np.arange(votes.shape[-1]), POSITIONS - 1)
+    def cell_index(self, rows: np.ndarray, votes: np.ndarray,
+                   previous: np.ndarray) -> np.ndarray:
+        """:meth:`grid_cells` from given votes ([R, S, K]; ``previous`` [R] or [R, S])."""
+        _, _, _, num_previous = self.trials.shape
         prev = previous[:, None, None] if previous.ndim == 1 else previous[:, :, None]
-        return np.cumprod(rates[rows[None, :, None], positions[None, None, :], votes, prev],
-                          axis=-1)
+        return self._base(rows, votes.shape[-1]) + votes * num_previous + prev
 
-    def observe_grid(self, rows: np.ndarray, grid: np.ndarray, votes: np.ndarray,
-                     previous: np.ndarray, known: np.ndarray, num_known: np.ndarray) -> None:
-        """:meth:`observe` for R requests in order: ``grid``, ``votes`` [R, S, K] their
-        candidates of the last step (:meth:`grid_votes`), ``rows`` [S] the slots' source
-        rows, ``previous`` [R] their outcome cells, ``known`` [R, K] what vLLM committed
-        (``num_known`` [R] tokens of it valid). Counts are added a request at a time as the
-        per-request method does (each +1 in turn: :func:`_add_ones`), and crowded cells are
-        halved after exactly the request after which the per-request method halves them."""
+    def _base(self, rows: np.ndarray, width: int) -> np.ndarray:
+        """[S, width] each slot's and column's cell without its vote and outcome (cached per
+        slots' source rows and width)."""
+        key = (rows.tobytes(), width)
+        base = self._cell_base.get(key)
+        if base is None:
+            _, positions, num_votes, num_previous = self.trials.shape
+            position = np.minimum(np.arange(width), positions - 1)
+            base = self._cell_base[key] = \
+                (rows[:, None] * positions + position) * num_votes * num_previous
+        return base
+
+    def grid_values(self, cells: np.ndarray) -> np.ndarray:
+        """:meth:`values` for every candidate of a grid whose tokens are in ``cells`` [R, S, K]
+        (:meth:`grid_cells`); valid up to each candidate's length (a prefix of the cumulative
+        product does not depend on what lies past it)."""
+        rates = (self.accepted / self.trials).reshape(-1)
+        return rates[cells].cumprod(axis=-1)
+
+    def observe_grid(self, cells: np.ndarray, grid: np.ndarray, known: np.ndarray,
+                     num_known: np.ndarray) -> None:
+        """:meth:`observe` for R requests in order: ``grid`` [R, S, K] their candidates of the
+        last step (-1 past each), ``cells`` [R, S, K] their tokens' cells (:meth:`grid_cells`),
+        ``known`` [R, K] what vLLM committed (-2 past it; ``num_known`` [R] tokens of it, which
+        may go on past K). Counts are added a request at a time as the per-request method
+        does (each +1 in turn: :func:`_add_ones`), and crowded cells are halved after exactly
+        the request after which the per-request method halves them."""
         num_rows, _, width = grid.shape
         if not num_rows:
             return
-        k = np.arange(width)
+        # A token is accepted where it and every token before it equal what was committed
+        # (-1 past a candidate and -2 past the committed tokens never equal anything); one
+        # trial more where the first miss lies within both.
+        won_at = np.logical_and.accumulate(grid == known[:, None, :], axis=-1)
+        hits = won_at.sum(axis=-1)
         lengths = (grid >= 0).sum(axis=-1)  # [R, S]; a candidate's tokens are a prefix
-        n = np.minimum(lengths, num_known[:, None])
-        valid = k < n[:, :, None]
-        miss = valid & (grid != known[:, None, :])
-        missed = miss.any(axis=-1)
-        first = np.where(missed, miss.argmax(axis=-1), n)
-        seen, hits = np.where(missed, first + 1, n), first  # trials up to the miss, hits before
+        seen = hits + (hits < np.minimum(lengths, num_known[:, None]))
+        tried_at = np.arange(width) < seen[:, :, None]
+        tried_cells, won_cells = cells[tried_at], cells[won_at]
         size = self.trials.size
-        positions = np.minimum(k, POSITIONS - 1)
-        shape = self.trials.shape
-        cell = ((rows[None, :, None] * shape[1] + positions[None, None, :]) * shape[2]
-                + votes) * shape[3] + previous[:, None, None]  # [R, S, K] flat cell
-        offset = np.arange(num_rows)[:, None, None] * size + cell
-        tried = np.bincount(offset[k < seen[:, :, None]], minlength=num_rows * size)
-        won = np.bincount(offset[k < hits[:, :, None]], minlength=num_rows * size)
-        tried = tried.reshape(num_rows, size)
-        won = won.reshape(num_rows, size)
-        trials, accepted = self.trials.reshape(-1), self.accepted.reshape(-1)
+        counted = np.bincount(np.concatenate([tried_cells, won_cells + size]),
+                              minlength=2 * size)
+        flat = self.counts.reshape(-1)  # trials, then accepted
         # Cells are independent (a cell is halved when its own trials pass HALVE_AT), so the
         # cells that stay below it all step long take the step's counts at once, and only the
         # few crowded ones are followed request by request (add_cell_counts).
-        after = _add_ones(trials, tried.sum(axis=0).astype(np.float64))
-        crowded = after > HALVE_AT
-        calm = ~crowded
-        won_after = _add_ones(accepted, won.sum(axis=0).astype(np.float64))
-        trials[calm] = after[calm]
-        accepted[calm] = won_after[calm]
-        cells = np.flatnonzero(crowded)
-        if len(cells):
-            for c, mine, wins in zip(cells.tolist(), tried[:, cells].T.tolist(),
-                                     won[:, cells].T.tolist(), strict=True):
-                trials[c], accepted[c] = add_cell_counts(float(trials[c]), float(accepted[c]),
-                                                         mine, wins)
+        after = _add_ones(flat, counted)
+        crowded = (after[:size] > HALVE_AT).nonzero()[0].tolist()
+        before = [(float(flat[c]), float(flat[size + c])) for c in crowded]
+        flat[:] = after
+        if not crowded:
+            return
+        # each crowded cell's counts request by request: the request of every counted token
+        tried_rows, won_rows = tried_at.nonzero()[0], won_at.nonzero()[0]
+        for c, (trials, accepted) in zip(crowded, before, strict=True):
+            mine = np.bincount(tried_rows[tried_cells == c], minlength=num_rows).tolist()
+            wins = np.bincount(won_rows[won_cells == c], minlength=num_rows).tolist()
+            flat[c], flat[size + c] = add_cell_counts(trials, accepted, mine, wins)
 
 
 def add_ones_scalar(value: float, count: int) -> float:
@@ -226,10 +249,11 @@ def _add_ones(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     (what ``np.add.at`` does for repeated indices), without a loop per addition: additions
     that stay below the next power of two are exact, so each binade costs one addition of
     many ones and one rounded addition that crosses into the next."""
-    values = np.array(np.broadcast_to(values, counts.shape), dtype=np.float64)
     counts = np.asarray(counts, dtype=np.float64)
     direct = values + counts
     exact = direct - counts == values  # no rounding on the way (see the loop's argument)
+    if exact.all():  # the usual case: counts far below the next power of two
+        return direct
     out = np.where(exact, direct, values)
     todo = np.flatnonzero(~exact)
     if len(todo):

@@ -14,11 +14,13 @@ cost at every batch size.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
 from vllm_cllm.core.drafter import DraftSource
+from vllm_cllm.core.grid import candidate_grid
 from vllm_cllm.core.requests import RequestState
 from vllm_cllm.core.step import VerifyStep
 from vllm_cllm.core.tokens import EMPTY
@@ -36,6 +38,7 @@ from vllm_cllm.policies.cost_model import (
     DRAFT_MARGIN,
     SPEC_STEP_OVERHEAD_PER_REQUEST,
     CostModel,
+    draft_costs,
     draft_lengths_grid,
     step_cost,
 )
@@ -75,25 +78,33 @@ def best_candidates(values: np.ndarray, lengths: np.ndarray, knee_tokens: float,
     equal rates winning and having to beat drafting nothing strictly."""
     plain = 1.0 / step_cost(1, knee_tokens, floor_tokens)
     width = values.shape[-1]
-    drafted = np.arange(1, width + 1)
-    costs = step_cost(1 + SPEC_STEP_OVERHEAD_PER_REQUEST + drafted, knee_tokens, floor_tokens)
-    rates = (1 + np.cumsum(values, axis=-1) / (1 + token_margin)) / costs
-    rates = np.where(np.arange(width) < lengths[:, :, None], rates, -np.inf).max(axis=-1)
+    costs = draft_costs(width, knee_tokens, floor_tokens)
+    rates = (1 + values.cumsum(axis=-1) / (1 + token_margin)) / costs
+    rates = np.where(_columns(width) < lengths[:, :, None], rates, -np.inf).max(axis=-1)
     best = rates.argmax(axis=1)
-    return np.where(rates[np.arange(len(best)), best] > plain, best, -1)
+    return np.where(rates.max(axis=1) > plain, best, -1)
 
 
-@dataclass
+@lru_cache(maxsize=32)
+def _columns(width: int) -> np.ndarray:
+    """[width] 0..width - 1 (cached, read-only)."""
+    columns = np.arange(width)
+    columns.flags.writeable = False
+    return columns
+
+
+@dataclass(slots=True)
 class Outcome:
     """A request's record (state part ``adaptive``): its candidates of the last step (row
-    ``row`` of that step's grid and votes, ``batch``, -1 past each candidate), valued once
-    vLLM has committed, and how its last draft fared."""
+    ``row`` of that step's grid and its tokens' cells, ``batch``, -1 past each candidate),
+    valued once vLLM has committed, and how its last draft fared."""
 
-    batch: tuple[np.ndarray, np.ndarray] | None = None  # ([R, S, K] grid, votes)
+    #: ([R, S, K] grid, cells: TokenAcceptance.grid_cells, the outcome cell included)
+    batch: tuple[np.ndarray, np.ndarray] | None = None
     row: int = 0
     #: instead of ``batch`` after a small step: per candidate its tokens and their votes
     small: tuple[list[list[int]], list[list[int]]] | None = None
-    cell_previous: int = UNDRAFTED  # the outcome cell the candidates were valued in
+    cell_previous: int = UNDRAFTED  # the outcome cell the small step valued them in
     previous: int = UNDRAFTED
     #: candidates of a step in which the request drafted nothing, kept until the tokens it
     #: commits afterwards decide every one of them (:class:`Shadow`)
@@ -108,9 +119,23 @@ class Shadow:
     whole length known), so that the cells past the first position learn without drafting."""
 
     grid: np.ndarray  # [S, K] the candidates' tokens, -1 past each
-    votes: np.ndarray  # [S, K]
-    cell_previous: int
+    cells: np.ndarray  # [S, K] their cells (TokenAcceptance.grid_cells)
     start: int  # where the candidates' first token lies in the request's context
+    #: each candidate's tokens (``grid``'s rows as lists): what the committed tokens are
+    #: compared with each step until they decide every candidate
+    tokens: list[list[int]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, grid: np.ndarray, cells: np.ndarray, start: int) -> Shadow:
+        return cls(grid, cells, start, [[t for t in row if t >= 0] for row in grid.tolist()])
+
+    def decided(self, known: list[int]) -> bool:
+        """Whether the tokens committed from ``start`` on (``known``, at most the grid's width)
+        decide every candidate: each missed among them or is no longer than them."""
+        n = len(known)
+        if n >= self.grid.shape[1]:
+            return True
+        return all(len(mine) <= n or mine[:n] != known for mine in self.tokens)
 
 
 class Adaptive:
@@ -134,116 +159,161 @@ class Adaptive:
         self._rows = np.array([self.acceptance.sources.index(n) for n in self.names])
         self._tail = self.names.index(self.tail)
         self._row_list: list[int] = self._rows.tolist()
+        #: per grid width, the cells of a restart block in the tail's slot: valued as the
+        #: tail it buys, drafted after a miss and agreeing with nothing
+        self._restart_cells: dict[int, np.ndarray] = {}
         #: logs each step's candidates where set (:mod:`vllm_cllm.policies.candidate_log`)
         self.recorder: CandidateLog | None = None
 
     def observe(self, step: VerifyStep, rows: Sequence[int],
                 states: Sequence[RequestState]) -> list[Outcome]:
-        """Value last step's candidates against what vLLM committed."""
-        outcomes, seen, shadows = [], [], []
+        """Value last step's candidates against what vLLM committed: the shadows the tokens
+        committed since them decide, then the records of last step, in order (a record of a
+        request that drafted nothing becomes a shadow instead where this step's one token
+        does not decide it). Every record counted here is replaced when the request drafts,
+        later in the same step."""
+        outcomes: list[Outcome] = []
+        seen: list[tuple[int, Outcome]] = []
+        shadows: list[tuple[int, Outcome]] = []
+        undrafted: set[int] = set()
+        part, committed = self.part, step.committed
         for i, state in zip(rows, states, strict=True):
-            outcome = state.parts.get(self.part)
-            if outcome is None:
-                outcome = state.parts[self.part] = Outcome()
+            outcome = state.parts.get(part)
+            if state.last_drafted:
+                previous = HIT if len(committed[i]) > 1 else MISSED
             else:
-                outcome.previous = (HIT if len(step.committed[i]) > 1 else MISSED) \
-                    if state.last_drafted else UNDRAFTED
+                previous = UNDRAFTED
+                undrafted.add(i)
+            if outcome is None:
+                outcome = state.parts[part] = Outcome()
+            else:
+                outcome.previous = previous
                 if outcome.shadow is not None:
                     shadows.append((i, outcome))
                 if outcome.batch is not None or outcome.small is not None:
                     seen.append((i, outcome))
             outcomes.append(outcome)
-        if shadows:
-            self._count_shadows(step, shadows)
-        if seen:
-            undrafted = [not state.last_drafted for state in states]
-            if any(undrafted):
-                seen = self._defer(step, seen, {i for i, u in zip(rows, undrafted,
-                                                                  strict=True) if u})
-        if seen:
-            self._count(step, seen)
+        done = self._decided(step, shadows) if shadows else []
+        if seen and all(outcome.small is not None for _, outcome in seen):
+            if undrafted:
+                seen = self._defer(step, seen, undrafted)
+            self._count_grid(step, done, [], set())
+            self._count_small(step, seen)
+        else:
+            self._count_grid(step, done, seen, undrafted)
         return outcomes
 
-    def _defer(self, step: VerifyStep, seen: list[tuple[int, Outcome]], undrafted: set[int]
-               ) -> list[tuple[int, Outcome]]:
-        """Keep as a :class:`Shadow` the candidates of each request in ``undrafted`` (it drafted
-        nothing, so vLLM committed one token) that this token does not decide, where the
-        request has no shadow yet; the records left to count now."""
-        counted = []
-        for i, outcome in seen:
-            if i not in undrafted or outcome.shadow is not None:
-                counted.append((i, outcome))
-                continue
-            grid, votes = _record_arrays(outcome)
-            first = step.committed[i][:1]
-            open_ = (grid[:, 1] >= 0) & (grid[:, 0] == first[0]) if first and \
-                grid.shape[1] > 1 else np.zeros(len(grid), dtype=bool)
-            if not open_.any():
-                counted.append((i, outcome))
-                continue
-            outcome.shadow = Shadow(grid, votes, outcome.cell_previous, step.prompt_end(i))
-            outcome.batch = outcome.small = None
-        return counted
-
-    def _count_shadows(self, step: VerifyStep, shadows: list[tuple[int, Outcome]]) -> None:
-        """Count, in order, the shadows that the tokens committed since them decide; keep
-        the others."""
+    def _decided(self, step: VerifyStep, shadows: list[tuple[int, Outcome]]
+                 ) -> list[tuple[Shadow, np.ndarray]]:
+        """The shadows that the tokens committed since them decide (taken from their
+        requests' records), in order, each with those tokens; the others are kept."""
         done = []
         for i, outcome in shadows:
             shadow = outcome.shadow
             assert shadow is not None
-            width = shadow.grid.shape[1]
             known = step.token_ids[i, shadow.start:min(int(step.num_tokens[i]),
-                                                       shadow.start + width)]
-            n = len(known)
-            lengths = (shadow.grid >= 0).sum(axis=1)
-            missed = (shadow.grid[:, :n] != known).any(axis=1)
-            if n >= width or bool(np.all(missed | (lengths <= n))):
+                                                       shadow.start + shadow.grid.shape[1])]
+            if shadow.decided(known.tolist()):
                 done.append((shadow, known))
                 outcome.shadow = None
-        if not done:
-            return
-        width = max(shadow.grid.shape[1] for shadow, _ in done)
-        grid = np.full((len(done), len(self.names), width), -1, dtype=np.int64)
-        votes = np.zeros(grid.shape, dtype=np.int64)
-        known = np.full((len(done), width), -2, dtype=np.int64)
-        num_known = np.zeros(len(done), dtype=np.int64)
-        previous = np.zeros(len(done), dtype=np.int64)
-        for r, (shadow, tokens) in enumerate(done):
-            w = shadow.grid.shape[1]
-            grid[r, :, :w], votes[r, :, :w] = shadow.grid, shadow.votes
-            known[r, :len(tokens)], num_known[r] = tokens, len(tokens)
-            previous[r] = shadow.cell_previous
-        self.acceptance.observe_grid(self._rows, grid, votes, previous, known, num_known)
+        return done
 
-    def _count(self, step: VerifyStep, seen: list[tuple[int, Outcome]]) -> None:
-        """Count the candidates of ``seen`` (request, its record) against what vLLM
-        committed, in order, and forget them."""
-        if all(outcome.small is not None for _, outcome in seen):
-            self._count_small(step, seen)
-            return
-        batch = seen[0][1].batch
-        which = np.array([outcome.row for _, outcome in seen], dtype=np.int64)
-        if batch is not None and all(outcome.batch is batch for _, outcome in seen):
-            grid, votes = batch[0][which], batch[1][which]  # all drafted last step
+    def _defer(self, step: VerifyStep, seen: list[tuple[int, Outcome]], undrafted: set[int],
+               records: tuple[np.ndarray, np.ndarray] | None = None) -> list[tuple[int, Outcome]]:
+        """Keep as a :class:`Shadow` the candidates of each request in ``undrafted`` (it drafted
+        nothing, so vLLM committed one token) that this token does not decide, where the
+        request has no shadow yet; the records left to count now. ``records``: the grid and
+        cells of every record in ``seen`` where they are at hand (of one batch, its width)."""
+        asked = [r for r, (i, outcome) in enumerate(seen)
+                 if i in undrafted and outcome.shadow is None]
+        if not asked:
+            return seen
+        outcomes = [seen[r][1] for r in asked]
+        # the first committed token (-2, which no candidate holds, where there is none)
+        firsts = np.array([(step.committed[seen[r][0]] or [-2])[0] for r in asked],
+                          dtype=np.int64)
+        own: list[tuple[np.ndarray, np.ndarray]] | None = None  # each record at its width
+        if records is not None:
+            grid = records[0][asked]
         else:
-            width = max(_record_width(outcome) for _, outcome in seen)
-            grid = np.full((len(seen), len(self.names), width), -1, dtype=np.int64)
-            votes = np.zeros(grid.shape, dtype=np.int64)
-            for r, (_, outcome) in enumerate(seen):
-                if outcome.batch is not None:
-                    them, w = outcome.batch, outcome.batch[0].shape[2]
-                    grid[r, :, :w] = them[0][outcome.row]
-                    votes[r, :, :w] = them[1][outcome.row]
-                else:
-                    assert outcome.small is not None
-                    for s, (tokens, marks) in enumerate(zip(*outcome.small, strict=True)):
-                        grid[r, s, :len(tokens)], votes[r, s, :len(marks)] = tokens, marks
-        previous = np.array([outcome.cell_previous for _, outcome in seen])
-        known, num_known = step.committed_grid([i for i, _ in seen], grid.shape[2])
-        self.acceptance.observe_grid(self._rows, grid, votes, previous, known, num_known)
-        for _, outcome in seen:
+            own = [self._record_arrays(outcome) for outcome in outcomes]
+            width = max(tokens.shape[1] for tokens, _ in own)
+            grid = np.full((len(own), len(self.names), width), -1, dtype=np.int64)
+            for u, (tokens, _) in enumerate(own):
+                grid[u, :, :tokens.shape[1]] = tokens
+        # open: a candidate that agrees with the first token and goes on past it
+        if grid.shape[2] > 1:
+            opened = ((grid[:, :, 1] >= 0) & (grid[:, :, 0] == firsts[:, None])).any(axis=1)
+        else:
+            opened = np.zeros(len(asked), dtype=bool)
+        deferred = set()
+        for u in opened.nonzero()[0].tolist():
+            r = asked[u]
+            i, outcome = seen[r]
+            if own is None:
+                assert records is not None
+                tokens, cells = records[0][r], records[1][r]
+            else:
+                tokens, cells = own[u]
+            outcome.shadow = Shadow.of(tokens, cells, step.prompt_end(i))
             outcome.batch = outcome.small = None
+            deferred.add(r)
+        return [pair for r, pair in enumerate(seen) if r not in deferred]
+
+    def _count_grid(self, step: VerifyStep, done: list[tuple[Shadow, np.ndarray]],
+                    seen: list[tuple[int, Outcome]], undrafted: set[int]) -> None:
+        """Count, in one grid and in order, the decided shadows ``done`` (each with the tokens
+        committed since it) and then the records ``seen`` against what vLLM committed this
+        step, those of ``undrafted`` requests that become shadows (:meth:`_defer`) left out."""
+        parts = []  # (grid, cells, known, num_known) of the shadows, then of the records
+        if done:
+            width = max(shadow.grid.shape[1] for shadow, _ in done)
+            grid = np.full((len(done), len(self.names), width), -1, dtype=np.int64)
+            cells = np.zeros(grid.shape, dtype=np.int64)
+            known = np.full((len(done), width), -2, dtype=np.int64)
+            num_known = np.zeros(len(done), dtype=np.int64)
+            for r, (shadow, tokens) in enumerate(done):
+                w = shadow.grid.shape[1]
+                grid[r, :, :w], cells[r, :, :w] = shadow.grid, shadow.cells
+                known[r, :len(tokens)], num_known[r] = tokens, len(tokens)
+            parts.append((grid, cells, known, num_known))
+        if seen:
+            batch = seen[0][1].batch
+            if batch is not None and all(outcome.batch is batch for _, outcome in seen):
+                # all drafted last step, in one batch: its rows, at its width
+                which = [outcome.row for _, outcome in seen]
+                if len(which) == len(batch[0]) and which == list(range(len(which))):
+                    grid, cells = batch  # every request of that step, in its order
+                else:
+                    grid, cells = batch[0][which], batch[1][which]
+                if undrafted:
+                    seen = self._defer(step, seen, undrafted, (grid, cells))
+                    if len(seen) < len(which):
+                        left = [outcome.row for _, outcome in seen]
+                        grid, cells = batch[0][left], batch[1][left]
+            else:
+                if undrafted:
+                    seen = self._defer(step, seen, undrafted)
+                width = max((_record_width(outcome) for _, outcome in seen), default=0)
+                grid = np.full((len(seen), len(self.names), width), -1, dtype=np.int64)
+                cells = np.zeros(grid.shape, dtype=np.int64)
+                for r, (_, outcome) in enumerate(seen):
+                    tokens, marks = self._record_arrays(outcome)
+                    w = tokens.shape[1]
+                    grid[r, :, :w], cells[r, :, :w] = tokens, marks
+            if seen:
+                known, num_known = step.committed_grid([i for i, _ in seen], grid.shape[2])
+                parts.append((grid, cells, known, num_known))
+        if len(parts) == 2:  # one grid, at the wider width
+            width = max(part[0].shape[2] for part in parts)
+            parts = [_widened(*part, width) for part in parts]
+            grid, cells, known, num_known = (np.concatenate(arrays)
+                                             for arrays in zip(*parts, strict=True))
+        elif parts:
+            grid, cells, known, num_known = parts[0]
+        else:
+            return
+        self.acceptance.observe_grid(cells, grid, known, num_known)
 
     def _count_small(self, step: VerifyStep, seen: list[tuple[int, Outcome]]) -> None:
         """:meth:`_count` request by request in Python (a few requests: cheaper than the
@@ -285,54 +355,56 @@ class Adaptive:
         knee, floor = self.cost.knee_tokens, self.cost.floor_tokens
         if len(rows) <= SMALL_STEP:
             return self._draft_small(step, rows, states, outcomes, sources)
-        rooms = step.rooms[np.asarray(rows, dtype=np.int64)]
-        lengths = rooms.tolist()
-        candidates = gather(sources, self.names, step, rows, lengths, states)
-        width = int(rooms.max())
-        grid = np.full((len(rows), len(self.names), width), -1, dtype=np.int64)
-        sizes = np.zeros((len(rows), len(self.names)), dtype=np.int64)
-        for s, name in enumerate(self.names):
-            sizes[:, s] = pack(candidates[name], grid[:, s])
-        votes = self.acceptance.grid_votes(grid)
-        previous = np.array([outcome.previous for outcome in outcomes], dtype=np.int64)
-        kept = (grid, votes)
-        for r, outcome in enumerate(outcomes):
-            outcome.batch, outcome.row, outcome.cell_previous = kept, r, outcome.previous
-            outcome.small = None
+        subset = step.rows_index(rows)
+        rooms = step.rooms if subset is None else step.rooms[subset]
+        grid, sizes = candidate_grid(sources, self.names, step, rows, rooms, states)
+        width = grid.shape[2]
+        found = sizes.copy() if self.recorder is not None else sizes  # before restarts
+        previous = np.fromiter((outcome.previous for outcome in outcomes), dtype=np.int64,
+                               count=len(outcomes))
+        cells = self.acceptance.grid_cells(self._rows, grid, previous)
         # a request without a tail is offered a restart block of its room, valued as the tail
-        # it buys (drafted after a miss, agreeing with nothing); drawn only where chosen
-        bare = sizes[:, self._tail] == 0
-        cell_previous = np.repeat(previous[:, None], len(self.names), axis=1)
-        if bare.any():
-            votes = votes.copy()
-            votes[bare, self._tail] = 0
-            cell_previous[bare, self._tail] = MISSED
-            sizes[bare, self._tail] = np.where(step.num_tokens[np.asarray(rows)[bare]] > 0,
-                                               rooms[bare], 0)
-        values = self.acceptance.grid_values(self._rows, votes, cell_previous)
+        # it buys (drafted after a miss, agreeing with nothing); drawn only where chosen. Its
+        # slot holds no token, so its cells are never counted: the grid's cells serve both.
+        no_tail = sizes[:, self._tail] == 0
+        bare = no_tail.nonzero()[0]
+        if len(bare):
+            cells[bare, self._tail] = self._restart_block_cells(width)
+            lengths = step.num_tokens[bare if subset is None else subset[bare]]
+            sizes[bare, self._tail] = np.where(lengths > 0, rooms[bare], 0)
+        kept = (grid, cells)
+        for r, outcome in enumerate(outcomes):
+            outcome.batch, outcome.row = kept, r
+            outcome.small = None
+        values = self.acceptance.grid_values(cells)
         best = best_candidates(values, sizes, knee, floor, self.token_margin)
-        chosen = np.flatnonzero(best >= 0)
-        room_all = np.zeros((len(step), width), dtype=np.float64)
-        caps = np.zeros(len(step), dtype=np.int64)
-        at = np.asarray(rows, dtype=np.int64)[chosen]
-        room_all[at] = values[chosen, best[chosen]]
-        caps[at] = np.minimum(step.rooms[at], sizes[chosen, best[chosen]])
-        sized = draft_lengths_grid(room_all, caps, knee, floor, token_margin=self.token_margin)
+        # the chosen candidates sized together; the rest of the step counts in the batch
+        chosen = (best >= 0).nonzero()[0]
+        slot = best[chosen]
+        sized = draft_lengths_grid(values[chosen, slot],
+                                   np.minimum(rooms[chosen], sizes[chosen, slot]), knee, floor,
+                                   token_margin=self.token_margin, batch=len(step))
         drafts = [EMPTY] * len(rows)
-        restarts = [j for j in chosen.tolist() if bare[j] and best[j] == self._tail
-                    and sized[rows[j]] > 0]
+        restarts: list[int] = []  # restart blocks: drawn for the requests that draft them
+        restart_sizes: list[int] = []
+        for j, s, n in zip(chosen.tolist(), slot.tolist(), sized.tolist(), strict=True):
+            if not n:
+                continue
+            if s == self._tail and no_tail[j]:
+                restarts.append(j)
+                restart_sizes.append(n)
+            else:
+                drafts[j] = grid[j, s, :n]
         drawn: list[np.ndarray] = []
         if restarts:
             drawn = sources[self.restart].propose(
-                step, [rows[j] for j in restarts], [lengths[j] for j in restarts],
+                step, [rows[j] for j in restarts], rooms[restarts].tolist(),
                 [states[j] for j in restarts])[self.restart]
-            for j, block in zip(restarts, drawn, strict=True):
-                drafts[j] = block[:sized[rows[j]]]
-        for j in chosen.tolist():
-            n = int(sized[rows[j]])
-            if n and not (bare[j] and best[j] == self._tail):
-                drafts[j] = candidates[self.names[best[j]]][j][:n]
+            for j, block, n in zip(restarts, drawn, restart_sizes, strict=True):
+                drafts[j] = block[:n]
         if self.recorder is not None:
+            candidates = {name: [grid[j, s, :found[j, s]] for j in range(len(rows))]
+                          for s, name in enumerate(self.names)}
             self._record(step, rows, candidates, drafts, restarts, drawn)
         return drafts
 
@@ -406,6 +478,30 @@ class Adaptive:
         return drafts
 
 
+    def _record_arrays(self, outcome: Outcome) -> tuple[np.ndarray, np.ndarray]:
+        """A request's record of last step's candidates as ([S, K] tokens, -1 past each;
+        their cells)."""
+        if outcome.batch is not None:
+            return outcome.batch[0][outcome.row], outcome.batch[1][outcome.row]
+        assert outcome.small is not None
+        tokens, marks = outcome.small
+        width = max((len(t) for t in tokens), default=0)
+        grid = np.full((len(tokens), width), -1, dtype=np.int64)
+        votes = np.zeros(grid.shape, dtype=np.int64)
+        for s, (mine, vote) in enumerate(zip(tokens, marks, strict=True)):
+            grid[s, :len(mine)], votes[s, :len(vote)] = mine, vote
+        previous = np.array([outcome.cell_previous], dtype=np.int64)
+        return grid, self.acceptance.cell_index(self._rows, votes[None], previous)[0]
+
+    def _restart_block_cells(self, width: int) -> np.ndarray:
+        """[width] the cells of a restart block in the tail's slot (no votes, after a miss)."""
+        cells = self._restart_cells.get(width)
+        if cells is None:
+            cells = self._restart_cells[width] = self.acceptance.cell_index(
+                self._rows[self._tail:self._tail + 1], np.zeros((1, 1, width), dtype=np.int64),
+                np.array([MISSED]))[0, 0]
+        return cells
+
     def _record(self, step: VerifyStep, rows: Sequence[int], candidates: Mapping[str, list],
                 drafts: list[np.ndarray], restarts: list[int], drawn: list[np.ndarray]) -> None:
         """Log the step's candidates, the restart blocks drawn among them (``recorder``)."""
@@ -445,18 +541,15 @@ def _sized_small(step: VerifyStep, rows: Sequence[int], lengths: list[int],
     return taken if rate > plain * (1 + DRAFT_MARGIN) else {}
 
 
-def _record_arrays(outcome: Outcome) -> tuple[np.ndarray, np.ndarray]:
-    """A request's record of last step's candidates as ([S, K] tokens, -1 past each; votes)."""
-    if outcome.batch is not None:
-        return outcome.batch[0][outcome.row], outcome.batch[1][outcome.row]
-    assert outcome.small is not None
-    tokens, marks = outcome.small
-    width = max((len(t) for t in tokens), default=0)
-    grid = np.full((len(tokens), width), -1, dtype=np.int64)
-    votes = np.zeros(grid.shape, dtype=np.int64)
-    for s, (mine, vote) in enumerate(zip(tokens, marks, strict=True)):
-        grid[s, :len(mine)], votes[s, :len(vote)] = mine, vote
-    return grid, votes
+def _widened(grid: np.ndarray, cells: np.ndarray, known: np.ndarray, num_known: np.ndarray,
+             width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A count's arrays padded to ``width`` columns (no candidate token, nothing committed)."""
+    more = width - grid.shape[2]
+    if not more:
+        return grid, cells, known, num_known
+    return (np.pad(grid, ((0, 0), (0, 0), (0, more)), constant_values=-1),
+            np.pad(cells, ((0, 0), (0, 0), (0, more))),
+            np.pad(known, ((0, 0), (0, more)), constant_values=-2), num_known)
 
 
 def _record_width(outcome: Outcome) -> int:
@@ -466,11 +559,3 @@ def _record_width(outcome: Outcome) -> int:
     assert outcome.small is not None
     return max((len(tokens) for tokens in outcome.small[0]), default=0)
 
-
-def pack(candidates: Sequence[np.ndarray], into: np.ndarray) -> np.ndarray:
-    """Write each row's candidate into ``into`` ([R, K], already -1) from its first column;
-    their lengths."""
-    sizes = np.fromiter((len(c) for c in candidates), dtype=np.int64, count=len(candidates))
-    if sizes.any():
-        into[np.arange(into.shape[1]) < sizes[:, None]] = np.concatenate(candidates)
-    return sizes

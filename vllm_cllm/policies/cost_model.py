@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -58,6 +59,30 @@ def step_cost(query_tokens: float | np.ndarray, knee_tokens: float, floor_tokens
     return max(floor_tokens, knee_tokens + query_tokens)
 
 
+@lru_cache(maxsize=64)
+def draft_costs(width: int, knee_tokens: float, floor_tokens: float) -> np.ndarray:
+    """[width] what a step costs a request on its own that drafts 1..width tokens (the spec
+    overhead included), as :func:`best_candidate` prices it; cached, read-only."""
+    costs = step_cost(1 + SPEC_STEP_OVERHEAD_PER_REQUEST + np.arange(1, width + 1),
+                      knee_tokens, floor_tokens)
+    costs.flags.writeable = False
+    return costs
+
+
+@lru_cache(maxsize=64)
+def _batch_costs(batch: int, positions: int, overhead_per_request: float, knee_tokens: float,
+                 floor_tokens: float) -> np.ndarray:
+    """[positions + 1] what a step of ``batch`` requests that drafts 0..positions tokens costs
+    (the overhead counted from the first), each count of tokens the running sum that
+    :func:`draft_lengths_grid` takes; cached, read-only (a prefix of a running sum is the
+    running sum of the prefix)."""
+    tokens = np.cumsum(np.concatenate([[batch * (1 + overhead_per_request)],
+                                       np.ones(positions)]))
+    costs = np.maximum(floor_tokens, knee_tokens + tokens)
+    costs.flags.writeable = False
+    return costs
+
+
 def draft_lengths(values: Sequence[Sequence[float]], rooms: list[int], knee_tokens: float,
                   floor_tokens: float = 0.0,
                   overhead_per_request: float = SPEC_STEP_OVERHEAD_PER_REQUEST,
@@ -89,27 +114,33 @@ def draft_lengths(values: Sequence[Sequence[float]], rooms: list[int], knee_toke
 def draft_lengths_grid(values: np.ndarray, caps: np.ndarray, knee_tokens: float,
                        floor_tokens: float = 0.0,
                        overhead_per_request: float = SPEC_STEP_OVERHEAD_PER_REQUEST,
-                       margin: float = DRAFT_MARGIN, token_margin: float = 0.0) -> np.ndarray:
-    """:func:`draft_lengths` over a grid: ``values`` [B, K] (row i valid up to ``caps[i]``,
-    already capped by its room). The greedy is a merge of the rows' non-increasing values:
-    all positions sorted by (value, highest first; request; position) come in exactly the
-    order a heap of each request's next position pops them, and the running gain and cost
-    are the same sums taken in the same order."""
-    batch = len(values)
+                       margin: float = DRAFT_MARGIN, token_margin: float = 0.0,
+                       batch: int | None = None) -> np.ndarray:
+    """:func:`draft_lengths` over a grid: ``values`` [R, K] (row i valid up to ``caps[i]``,
+    already capped by its room), the requests in the step's order; ``batch``: the step's
+    batch size where ``values`` holds only the requests that may draft (default R). The
+    greedy is a merge of the rows' non-increasing values: all positions sorted by (value,
+    highest first; request; position) come in exactly the order a heap of each request's
+    next position pops them, and the running gain and cost are the same sums taken in the
+    same order."""
+    rows = len(values)
+    batch = rows if batch is None else batch
     if not batch:
         return np.zeros(0, dtype=np.int64)
     caps = np.where(values[:, 0] > 0, caps, 0) if values.shape[1] else np.zeros_like(caps)
-    which, where = np.nonzero(np.arange(values.shape[1]) < caps[:, None])
+    which, where = (np.arange(values.shape[1]) < caps[:, None]).nonzero()
     value = values[which, where]
-    order = np.lexsort((where, which, -value))
+    # positions come by request, then position (np.nonzero's order): a stable sort by value
+    # alone keeps that order among equal values
+    order = (-value).argsort(kind="stable")
     trust = 1.0 / (1.0 + token_margin)
-    gain = np.cumsum(np.concatenate([[float(batch)], value[order] * trust]))
-    tokens = np.cumsum(np.concatenate([[batch * (1 + overhead_per_request)],
-                                       np.ones(len(order))]))
-    rate = gain / np.maximum(floor_tokens, knee_tokens + tokens)
-    worse = np.flatnonzero(rate[1:] <= rate[:-1])  # adding item m + 1 would not raise it
+    gain = np.concatenate([[float(batch)], value[order] * trust]).cumsum()
+    costs = _batch_costs(batch, batch * values.shape[1], overhead_per_request, knee_tokens,
+                         floor_tokens)
+    rate = gain / costs[:len(gain)]
+    worse = (rate[1:] <= rate[:-1]).nonzero()[0]  # adding item m + 1 would not raise it
     taken = int(worse[0]) if len(worse) else len(order)
     plain = batch / step_cost(batch, knee_tokens, floor_tokens)
     if not rate[taken] > plain * (1 + margin):
-        return np.zeros(batch, dtype=np.int64)
-    return np.bincount(which[order[:taken]], minlength=batch).astype(np.int64)
+        return np.zeros(rows, dtype=np.int64)
+    return np.bincount(which[order[:taken]], minlength=rows).astype(np.int64)

@@ -7,7 +7,7 @@ drafts the same thing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -15,7 +15,7 @@ import numpy as np
 from vllm_cllm.core.drafter import Candidates
 from vllm_cllm.core.requests import RequestState
 from vllm_cllm.core.step import VerifyStep
-from vllm_cllm.core.tokens import EMPTY
+from vllm_cllm.core.tokens import EMPTY, write_spans
 
 
 class Fill(Protocol):
@@ -116,151 +116,123 @@ class NoFill:
         return context[:0]
 
 
-class NgramIndex:
-    """Where each ``ngram_min``-gram of one request's tokens occurred, kept as the request
-    commits tokens (state part ``ngrams``): a step costs a dictionary probe and a look at
-    the probed n-gram's occurrences, not a scan of the context. :meth:`starts` gives what
-    :func:`ngram_continuations` does."""
+def ngram_starts(tokens: bytes, size: int, ngram_min: int, ngram_max: int
+                 ) -> tuple[int, int] | None:
+    """Where the usual and the latest continuation of the longest suffix n-gram begin in a
+    request's tokens (``tokens``: their bytes, ``size`` bytes each, as in vLLM's token
+    buffer), None where no suffix n-gram occurred: what :func:`ngram_continuations` finds.
 
-    #: occurrences beyond which the longest match is found with numpy rather than in Python
-    VECTOR_AT = 48
-
-    def __init__(self, ngram_min: int, ngram_max: int) -> None:
-        self.ngram_min, self.ngram_max = ngram_min, ngram_max
-        self.tokens: list[int] = []
-        #: n-gram → every position it ends at that a committed token follows, in order
-        self.ends: dict[tuple[int, ...], list[int]] = {}
-
-    def extend(self, context: np.ndarray) -> None:
-        """Index the tokens of ``context`` (the request's committed tokens) not seen yet;
-        starts afresh if ``context`` is not a continuation of what was indexed."""
-        tokens, have, length = self.tokens, len(self.tokens), len(context)
-        if have:
-            if length > have:
-                if tokens[-1] == context[have - 1]:
-                    self._add(context[have:].tolist())
-                    return
-            elif length == have and tokens[-1] == context[have - 1]:
-                return
-        self.tokens, self.ends = [], {}
-        self._add(context.tolist())
-
-    def extend_row(self, row: np.ndarray, end: int, committed: list[int]) -> None:
-        """:meth:`extend` with ``row[:end]``, the new tokens taken from ``committed`` (what
-        the request committed this step, the last tokens of ``row[:end]``) where they are
-        all that is new: no slice of the row is read then."""
-        have = len(self.tokens)
-        if have and len(committed) == end - have and self.tokens[-1] == row[have - 1]:
-            if committed:
-                self._add(committed)
-            return
-        self.extend(row[:end])
-
-    def _add(self, new: list[int]) -> None:
-        """Append ``new`` to the indexed tokens, and index the n-grams that now have a next
-        token."""
-        tokens, n, ends = self.tokens, self.ngram_min, self.ends
-        have = len(tokens)
-        tokens += new
-        length = len(tokens)
-        first = max(have - 1, n - 1)  # n-grams whose next token has just been committed
-        if first >= length - 1:
-            return
-        if length - first <= 8:  # a step's few tokens
-            for end in range(first, length - 1):
-                key = tuple(tokens[end - n + 1:end + 1])
-                found = ends.get(key)
-                if found is None:
-                    ends[key] = [end]
-                else:
-                    found.append(end)
-            return
-        keys = zip(*(tokens[first - n + 1 + o:length - n + o] for o in range(n)), strict=True)
-        for end, key in enumerate(keys, first):
-            found = ends.get(key)
-            if found is None:
-                ends[key] = [end]
-            else:
-                found.append(end)
-
-    def starts(self, context: np.ndarray) -> tuple[int, int] | None:
-        """Where the usual and the latest continuation of the longest suffix n-gram begin in
-        ``context`` (indexed by :meth:`extend`), None where no suffix n-gram occurred."""
-        tokens, n = self.tokens, self.ngram_min
-        length = len(tokens)
-        top = min(self.ngram_max, length - 1)
-        if top < max(n, 1):
-            return None
-        ends = self.ends.get(tuple(tokens[length - n:]))
-        if not ends:
-            return None
-        if top > n and len(ends) > self.VECTOR_AT:
-            hits = self._longest_vector(context, np.array(ends), top).tolist()
-        elif top > n:
-            runs = []
-            for end in ends:  # extend each occurrence backwards, up to top tokens
-                run = n
-                while run < top and end >= run and tokens[end - run] == tokens[length - 1 - run]:
-                    run += 1
-                runs.append(run)
-            best = max(runs)
-            hits = [end for end, run in zip(ends, runs, strict=True) if run == best]
-        else:
-            hits = ends
-        if len(hits) == 1:
-            return hits[0] + 1, hits[0] + 1
-        counts: dict[int, int] = {}
-        for end in hits:
-            counts[tokens[end + 1]] = counts.get(tokens[end + 1], 0) + 1
-        most = max(counts.values())
-        usual = next(end for end in hits if counts[tokens[end + 1]] == most)
-        return usual + 1, hits[-1] + 1
-
-    def _longest_vector(self, context: np.ndarray, ends: np.ndarray, top: int) -> np.ndarray:
-        """The occurrences in ``ends`` that match the longest suffix (as
-        :func:`_longest_ngram_hits` extends them)."""
-        length, run = len(context), np.full(len(ends), self.ngram_min, dtype=np.int64)
-        for back in range(self.ngram_min, top):
-            alive = np.flatnonzero((run == back) & (ends >= back))
-            if not len(alive):
-                break
-            same = context[ends[alive] - back] == context[length - 1 - back]
-            run[alive[same]] += 1
-        return ends[run == run.max()]
+    Every earlier occurrence of the last ``ngram_min`` tokens is found by a search of the
+    bytes (Python's substring search, in C: no index to build, keep and free per request,
+    one pass over the request's tokens a step), then extended backwards up to ``ngram_max``
+    tokens as :func:`_longest_ngram_hits` extends them."""
+    length = len(tokens) // size
+    top = min(ngram_max, length - 1)
+    if top < max(ngram_min, 1):
+        return None
+    n, find = ngram_min, tokens.find
+    pattern = tokens[(length - n) * size:]
+    limit = (length - 1) * size  # an occurrence ends before the last token: one follows it
+    ends = []
+    at = find(pattern, 0, limit)
+    while at >= 0:
+        if at % size:  # across two tokens' bytes: not an occurrence
+            at = find(pattern, at + 1, limit)
+            continue
+        ends.append(at // size + n - 1)
+        at = find(pattern, at + size, limit)
+    if not ends:
+        return None
+    if len(ends) == 1:  # one occurrence: the longest match there is
+        return ends[0] + 1, ends[0] + 1
+    if top > n:
+        # extend each occurrence backwards, up to top tokens; keep those that go furthest
+        before = [tokens[(length - 1 - back) * size:(length - back) * size]
+                  for back in range(n, top)]  # the suffix's earlier tokens, nearest first
+        best, hits = 0, []
+        for end in ends:
+            run = n
+            for token in before:
+                at = (end - run) * size
+                if end < run or tokens[at:at + size] != token:
+                    break
+                run += 1
+            if run > best:
+                best, hits = run, [end]
+            elif run == best:
+                hits.append(end)
+    else:
+        hits = ends
+    if len(hits) == 1:
+        return hits[0] + 1, hits[0] + 1
+    # the first hit whose next token followed the n-gram most often
+    follows = [tokens[(end + 1) * size:(end + 2) * size] for end in hits]
+    counts: dict[bytes, int] = {}
+    for token in follows:
+        counts[token] = counts.get(token, 0) + 1
+    most = max(counts.values())
+    usual = next(end for end, token in zip(hits, follows, strict=True) if counts[token] == most)
+    return usual + 1, hits[-1] + 1
 
 
 class RequestNgrams:
     """Source ``ngram`` (the usual continuation of the longest suffix n-gram in the request's
-    tokens) and ``ngram_latest`` (its latest occurrence's), from the request's
-    :class:`NgramIndex` (state part ``ngrams``)."""
+    tokens) and ``ngram_latest`` (its latest occurrence's), looked up in the request's tokens
+    in vLLM's buffer each step (:func:`ngram_starts`); nothing is kept between steps."""
 
     names = ("ngram", "ngram_latest")
-    part = "ngrams"
 
     def __init__(self, fill: NgramFill) -> None:
         self.fill = fill
 
     def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
                 states: Sequence[RequestState]) -> Candidates:
-        usual: list[np.ndarray] = []
-        latest: list[np.ndarray] = []
-        fill, part, token_ids, committed = self.fill, self.part, step.token_ids, step.committed
-        ngram_min, ngram_max = fill.ngram_min, fill.ngram_max
-        ends = step.num_tokens[np.asarray(rows, dtype=np.int64)].tolist()
-        for i, n, end, state in zip(rows, lengths, ends, states, strict=True):
-            row = token_ids[i]
-            index = state.parts.get(part)
-            if index is None:
-                index = state.parts[part] = NgramIndex(ngram_min, ngram_max)
-            index.extend_row(row, end, committed[i])
-            n = fill.room(end, n)
-            context = row[:end]
-            found = index.starts(context) if n else None
+        spans = self._spans(step, rows, lengths, self.names)
+        token_ids = step.token_ids
+        return {name: [token_ids[i, a:a + n].astype(np.int64) if n else EMPTY
+                       for i, a, n in zip(rows, starts, sizes, strict=True)]
+                for name, (starts, sizes) in spans.items()}
+
+    def propose_into(self, step: VerifyStep, rows: Sequence[int], lengths: np.ndarray,
+                     states: Sequence[RequestState], into: Mapping[str, np.ndarray]
+                     ) -> dict[str, np.ndarray]:
+        spans = self._spans(step, rows, lengths.tolist(), tuple(into))
+        at = step.rows_index(rows)
+        found = {}
+        for name, (starts, sizes) in spans.items():
+            found[name] = np.array(sizes, dtype=np.int64)
+            write_spans(into[name], step.token_ids, np.array(starts, dtype=np.int64),
+                        found[name], source_rows=at)
+        return found
+
+    def _spans(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
+               names: Sequence[str]) -> dict[str, tuple[list[int], list[int]]]:
+        """For each of ``names``, where each request's continuation begins in its tokens and
+        how long it is (0: none)."""
+        fill, token_ids = self.fill, step.token_ids
+        ngram_min, ngram_max, max_model_len = fill.ngram_min, fill.ngram_max, fill.max_model_len
+        size = token_ids.itemsize
+        subset = step.rows_index(rows)
+        ends = (step.num_tokens if subset is None else step.num_tokens[subset]).tolist()
+        usual: tuple[list[int], list[int]] = ([], [])
+        latest: tuple[list[int], list[int]] = ([], [])
+        usual_start, usual_size = usual[0].append, usual[1].append
+        latest_start, latest_size = latest[0].append, latest[1].append
+        for i, n, end in zip(rows, lengths, ends, strict=True):
+            # NgramFill.room: what fits before max_model_len, nothing for too short a context
+            n = 0 if end <= ngram_min else min(n, max_model_len - end)
+            found = ngram_starts(token_ids[i, :end].tobytes(), size, ngram_min, ngram_max) \
+                if n > 0 else None
             if found is None:
-                usual.append(EMPTY)
-                latest.append(EMPTY)
-                continue
-            one, other = found
-            usual.append(context[one:one + n].astype(np.int64))
-            latest.append(context[other:other + n].astype(np.int64))
-        return {"ngram": usual, "ngram_latest": latest}
+                usual_start(end)
+                usual_size(0)
+                latest_start(end)
+                latest_size(0)
+            else:
+                one, other = found
+                usual_start(one)
+                usual_size(min(n, end - one))
+                latest_start(other)
+                latest_size(min(n, end - other))
+        return {name: spans for name, spans in zip(self.names, (usual, latest), strict=True)
+                if name in names}

@@ -16,8 +16,9 @@ lookup in the same order, so every rank drafts the same.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -64,13 +65,18 @@ def _native_trees(cache: Any) -> tuple[Any, Any] | None:
     return SuffixTree.extend_ndarray, SuffixTree.speculate_ndarray
 
 
-@dataclass
+@dataclass(slots=True)
 class _InTree:
-    """A request's place in the trees (kept in its state): its cache and how many of its
-    tokens the cache holds."""
+    """A request's place in the trees (kept in its state): its cache, how many of its tokens
+    the cache holds and, where the cache is read natively, its own tree, the cache's global
+    tree (None: the cache keeps no outputs) and the cache's map of requests to their
+    sequences in that tree."""
 
     cache: Any
     seen: int
+    local: Any = None
+    global_tree: Any = None
+    seq_ids: dict[Any, int] | None = None
 
 
 class SuffixTrees:
@@ -94,49 +100,65 @@ class SuffixTrees:
 
     def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
                 states: Sequence[RequestState]) -> Candidates:
-        found: list[np.ndarray] = []
+        return {"suffix": [np.array(draft, dtype=np.int64) if len(draft) else _EMPTY
+                           for draft in self._drafts(step, rows, lengths, states)]}
+
+    def propose_into(self, step: VerifyStep, rows: Sequence[int], lengths: np.ndarray,
+                     states: Sequence[RequestState], into: Mapping[str, np.ndarray]
+                     ) -> dict[str, np.ndarray]:
+        drafts = self._drafts(step, rows, lengths.tolist(), states)
+        sizes = np.fromiter(map(len, drafts), dtype=np.int64, count=len(drafts))
+        grid = into["suffix"]
+        grid[np.arange(grid.shape[1]) < sizes[:, None]] = np.fromiter(
+            chain.from_iterable(drafts), dtype=np.int64, count=int(sizes.sum()))
+        return {"suffix": sizes}
+
+    def _drafts(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
+                states: Sequence[RequestState]) -> list[list[int]]:
+        """Each request's lookup (at most ``lengths[j]`` tokens), as arctic-inference returns
+        it: a list of token ids."""
+        found: list[list[int]] = []
+        append = found.append
         req_ids, greedy, token_ids = step.req_ids, step.greedy, step.token_ids
-        ends = step.num_tokens
+        subset = step.rows_index(rows)
+        ends = (step.num_tokens if subset is None else step.num_tokens[subset]).tolist()
         part, native = self.part, self._native
-        for i, n, state in zip(rows, lengths, states, strict=True):
+        extend, speculate = native if native is not None else (None, None)
+        # slices of vLLM's int32 token buffer are what arctic-inference reads as they are
+        as_is = token_ids.dtype == np.int32 and token_ids.flags.c_contiguous
+        factor, offset, min_prob = SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB
+        for i, n, end, state in zip(rows, lengths, ends, states, strict=True):
             req_id = req_ids[i]
             record: _InTree | None = state.parts.get(part)
-            if req_id is None or record is None or n <= 0:  # the general path
-                found.append(self.draft(req_id, state, bool(greedy[i]), step.context(i),
-                                        step.prompt_end(i), n)
-                             if req_id is not None else _EMPTY)
+            if req_id is None or record is None or n <= 0 or record.local is None:
+                # the general path: the cache's own methods (and a request's first lookup)
+                append(self.draft(req_id, state, bool(greedy[i]), step.context(i),
+                                  step.prompt_end(i), n).tolist()
+                       if req_id is not None else [])
                 continue
-            # a request in its trees drafting: what :meth:`draft` does, with less around it
-            end, row, cache = int(ends[i]), token_ids[i], record.cache
-            context = np.ascontiguousarray(row[max(0, end - TREE_DEPTH):end], dtype=np.int32)
-            if native is None:
-                if end > record.seen:
-                    cache.add_active_response(
-                        req_id, np.ascontiguousarray(row[record.seen:end], dtype=np.int32))
-                record.seen = end
-                draft = cache.speculate(
-                    req_id, context, max_spec_tokens=n, max_spec_factor=SPEC_FACTOR,
-                    max_spec_offset=SPEC_OFFSET, min_token_prob=MIN_TOKEN_PROB).token_ids
-            else:  # SuffixDecodingCache.add_active_response and .speculate, unwrapped
-                extend, speculate = native
-                local = cache._local_trees[req_id]
-                if end > record.seen:
-                    tokens = np.ascontiguousarray(row[record.seen:end], dtype=np.int32)
-                    extend(local, 0, tokens)
-                    seq_id = cache._req_to_seq_id.get(req_id)
-                    if seq_id is not None:
-                        extend(cache._global_tree, seq_id, tokens)
-                record.seen = end
-                best = speculate(local, context, n, SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB,
-                                 False)
-                if cache._max_cached_requests != 0:  # an empty global tree drafts nothing
-                    other = speculate(cache._global_tree, context, n, SPEC_FACTOR, SPEC_OFFSET,
-                                      MIN_TOKEN_PROB, False)
-                    if other.score > best.score:
-                        best = other
-                draft = best.token_ids
-            found.append(np.array(draft, dtype=np.int64) if draft else _EMPTY)
-        return {"suffix": found}
+            # a request in its trees drafting: SuffixDecodingCache.add_active_response and
+            # .speculate, unwrapped (the same calls, without the checks and result copies)
+            seen, local, global_tree = record.seen, record.local, record.global_tree
+            context = token_ids[i, end - TREE_DEPTH if end > TREE_DEPTH else 0:end]
+            if not as_is:
+                context = np.ascontiguousarray(context, dtype=np.int32)
+            if end > seen:
+                tokens = token_ids[i, seen:end]
+                if not as_is:
+                    tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+                extend(local, 0, tokens)
+                # (the cache may have evicted the request's output from its global tree)
+                seq_id = record.seq_ids.get(req_id)  # type: ignore[union-attr]
+                if seq_id is not None:
+                    extend(global_tree, seq_id, tokens)
+            record.seen = end
+            best = speculate(local, context, n, factor, offset, min_prob, False)
+            if global_tree is not None:  # (an empty global tree drafts nothing)
+                other = speculate(global_tree, context, n, factor, offset, min_prob, False)
+                if other.score > best.score:
+                    best = other
+            append(best.token_ids)
+        return found
 
     def draft(self, req_id: str, state: RequestState, greedy: bool, context: np.ndarray,
               first_output: int, max_tokens: int) -> np.ndarray:
@@ -154,6 +176,11 @@ class SuffixTrees:
             cache.start_request(req_id, np.ascontiguousarray(context[:first_output],
                                                              dtype=np.int32))
             record = state.parts[self.part] = _InTree(cache, first_output)
+            if self._native is not None:
+                record.local = cache._local_trees[req_id]
+                record.seq_ids = cache._req_to_seq_id
+                if cache._max_cached_requests != 0:
+                    record.global_tree = cache._global_tree
         if len(context) > record.seen:
             record.cache.add_active_response(
                 req_id, np.ascontiguousarray(context[record.seen:], dtype=np.int32))

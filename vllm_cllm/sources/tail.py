@@ -6,7 +6,7 @@ unconverged part of the Jacobi iterate (:meth:`vllm_cllm.core.step.VerifyStep.ta
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -36,6 +36,11 @@ class JacobiTail:
     def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
                 states: Sequence[RequestState]) -> Candidates:
         return {"tail": step.tails(list(rows), list(lengths))}
+
+    def propose_into(self, step: VerifyStep, rows: Sequence[int], lengths: np.ndarray,
+                     states: Sequence[RequestState], into: Mapping[str, np.ndarray]
+                     ) -> dict[str, np.ndarray]:
+        return {"tail": step.tails_into(list(rows), lengths, into["tail"])}
 
 
 class JacobiBlock:
