@@ -19,12 +19,18 @@ as far as it matches the real continuation.
   ``--tail draft`` (default) it repeats the draft it was given, so that the target knows
   nothing of the text beyond what the proposer drafted (a token of the text one position off
   would leak it: fixed-k ``jacobi``'s pool of recent iterates realigns it); with ``--tail
-  text`` it predicts the text itself (an oracle for Jacobi tails and SPACE masks). Logits
-  are float32 one-hot rows, built outside the timed region.
+  text`` it predicts the text itself (an oracle for Jacobi tails and SPACE masks).
+* **The capture.** This project's proposers read the target's predictions of every draft
+  position. With ``--capture device`` (default) they get them as a GPU's capture hands them
+  to ``propose``: the fixed-point step's small packed result (computed outside the timed
+  region from the target rows by the kernels' torch path), no logits in host memory. With
+  ``--capture host`` as on the CPU platform: ``observe_verification`` takes the argmax over
+  float32 one-hot logits rows right before ``propose``, whose sweep over 20-800 MB leaves
+  the caches cold for it. Either way the CPU platform's capture is timed alone
+  (``capture_us``; with ``device`` over the last steps, after the run).
 * **Timed.** Only the proposer's own calls: for this project's proposers
-  ``retain_requests`` + ``observe_verification`` (on this platform its capture is the
-  argmax over the logits, also reported alone as ``capture_us``) + ``propose``; for
-  ``ngram`` ``NgramProposer.propose``; for ``suffix`` ``SuffixDecodingProposer.propose``
+  ``retain_requests`` + ``propose`` (``propose_us``, the capture left out); for ``ngram``
+  ``NgramProposer.propose``; for ``suffix`` ``SuffixDecodingProposer.propose``
   (``start_request`` for a new request, ``add_active_response`` + ``speculate`` per request).
   All proposers of one batch size run in lock step, one step each in an order that rotates,
   so that they share the machine's state; a row's figure is the median over the steps
@@ -47,6 +53,7 @@ import json
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +88,10 @@ class Settings:
     max_model_len: int = 2048
     vocab: int = VOCAB
     tail: str = "draft"
+    #: how this project's proposers get the verify step's predictions: ``device`` as from a
+    #: GPU's capture (the fixed-point step's small result; no logits in host memory), ``host``
+    #: as on the CPU platform (the argmax over the logits right before ``propose``)
+    capture: str = "device"
     proposers: Sequence[str] = PROPOSERS
     profile: str | None = None  # a proposer whose timed calls are profiled (cProfile)
 
@@ -247,6 +258,34 @@ def suffix_missing() -> str | None:
 
 # --------------------------------------------------------------------------- one run
 
+#: Steps whose capture is timed after the run (``device``).
+CAPTURE_STEPS = 20
+
+
+def device_capture(proposer: Any, rows: np.ndarray, meta: Any, req_ids: list[str]) -> Any:
+    """The predictions as a GPU's capture hands them to ``propose``: the fixed-point step's
+    result (argmax, accepted lengths, next blocks) packed on the device and copied to the
+    host, here computed from the argmax rows (``rows``) by the kernels' torch path; what
+    ``propose`` does with it (:meth:`PendingPredictions.resolve`) is the proposer's."""
+    import torch
+
+    from vllm_cllm.core.predictions import PendingPredictions, VerifyPredictions
+    from vllm_cllm.kernels import fixed_point_step
+
+    if meta is None:
+        return VerifyPredictions.without_drafts(req_ids)
+    num_drafts = list(meta.num_draft_tokens)
+    mask = proposer.mask_slots(req_ids, num_drafts)
+    out = fixed_point_step(torch.from_numpy(rows.astype(np.int64)), meta.draft_token_ids,
+                           torch.tensor(num_drafts, dtype=torch.int32), proposer.block_len,
+                           num_mask=None if mask is None else torch.tensor(mask,
+                                                                           dtype=torch.int32),
+                           backend="torch")
+    packed = torch.cat([out.argmax, out.accepted.to(torch.int64), out.next_len.to(torch.int64),
+                        out.next_draft.reshape(-1)])
+    return PendingPredictions(req_ids, packed, None, [n + 1 for n in num_drafts],
+                              proposer.block_len, mask)
+
 
 class LogitsBuffer:
     """One float32 [rows, vocab] buffer of one-hot rows, shared by the proposers of a batch
@@ -307,6 +346,9 @@ class Run:
         self.num_tokens = np.zeros(batch, dtype=np.int32)
         self.times: list[float] = []
         self.capture_times: list[float] = []
+        #: the last timed steps' logits rows and drafts (``device``: the capture is timed
+        #: after the run, so that no sweep over the logits precedes a timed ``propose``)
+        self.saved: deque[tuple[np.ndarray, Any, list[str]]] = deque(maxlen=CAPTURE_STEPS)
         self.accepted: list[int] = []  # per request and decode step (prefill steps left out)
         self.drafted: list[int] = []
         self.finished = 0
@@ -381,32 +423,58 @@ class Run:
     def _own_step(self, req_ids: list[str], sampled: list[list[int]],
                   targets: list[np.ndarray], drafts: list[list[int]], timed: bool
                   ) -> list[list[int]]:
+        """``retain_requests``, the capture and ``propose`` as vLLM's runner calls them; the
+        first and the last are timed."""
         import torch
 
-        assert self.logits is not None
-        logits = self.logits.fill(np.concatenate(targets))
+        rows = np.concatenate(targets)
         num_drafts = [len(d) for d in drafts]
         # vLLM passes no metadata in a step where no request drafted
         meta = SimpleNamespace(num_draft_tokens=num_drafts, draft_token_ids=torch.tensor(
             [t for d in drafts for t in d], dtype=torch.int64)) if any(num_drafts) else None
         live = set(req_ids)
         num_tokens = self.num_tokens.copy()
+        on_host = self.settings.capture == "host"
+        logits = None
+        if on_host:
+            assert self.logits is not None
+            logits = self.logits.fill(rows)
         if self.profiler is not None and timed:
             self.profiler.enable()
         started = time.perf_counter()
         self.proposer.retain_requests(live, live)  # every request decodes greedily
         capture_start = time.perf_counter()
-        self.proposer.observe_verification(logits, meta, req_ids)
+        if on_host:
+            self.proposer.observe_verification(logits, meta, req_ids)
+        else:  # the device's part, untimed: its result is what propose() waits for
+            self.proposer.predictions = device_capture(self.proposer, rows, meta, req_ids)
         capture_end = time.perf_counter()
         out = self.proposer.propose(sampled, num_tokens, self.token_ids)
         ended = time.perf_counter()
         if self.profiler is not None and timed:
             self.profiler.disable()
-        self.logits.clear(self.mask_column)
-        self._record(ended - started, timed)
+        if on_host:
+            self.logits.clear(self.mask_column)
+        self._record(ended - started - (capture_end - capture_start), timed)
         if timed:
-            self.capture_times.append(capture_end - capture_start)
+            if on_host:
+                self.capture_times.append(capture_end - capture_start)
+            else:
+                self.saved.append((rows, meta, req_ids))
         return out
+
+    def time_capture(self) -> None:
+        """``device``: the CPU platform's capture (the argmax over the logits) of the last
+        timed steps, each timed alone, after the run."""
+        if self.settings.capture == "host" or self.logits is None:
+            return
+        for rows, meta, req_ids in self.saved:
+            logits = self.logits.fill(rows)
+            started = time.perf_counter()
+            self.proposer.observe_verification(logits, meta, req_ids)
+            self.capture_times.append(time.perf_counter() - started)
+            self.proposer.predictions = None
+            self.logits.clear(self.mask_column)
 
     def _record(self, seconds: float, timed: bool) -> None:
         if timed:
@@ -457,6 +525,7 @@ def measure(pool: RequestPool, settings: Settings, progress: bool = True
             for run in runs[shift:] + runs[:shift]:
                 run.step(timed=step >= settings.warmup)
         for run in runs:
+            run.time_capture()
             rows.append(run.row())
             if run.profiler is not None:
                 import io
@@ -493,7 +562,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             ratio = f" ({r['propose_us'] / base['propose_us']:.1f}x)" if base else ""
             cells.append(f"{r['propose_us']:,.0f}{ratio}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    for label, key in (("capture (argmax) µs per step, included above", "capture_us"),
+    for label, key in (("the CPU platform's capture (argmax over the logits) µs per step, "
+                        "not included above", "capture_us"),
                        ("tokens per verify step (1 + accepted)", "tokens_per_step"),
                        ("draft tokens per request and step", "drafted_per_step")):
         lines += ["", f"{label}:", "", head, rule]
@@ -565,6 +635,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--tail", choices=("draft", "text"), default="draft",
                         help="what the target predicts past the first rejected draft row")
+    parser.add_argument("--capture", choices=("device", "host"), default="device",
+                        help="device: predictions as a GPU's capture hands them (no logits "
+                             "in host memory); host: the CPU platform's argmax right before "
+                             "propose (its sweep over the logits leaves the caches cold)")
     parser.add_argument("--profile", choices=PROPOSERS, default=None,
                         help="cProfile this proposer's timed calls (its times then include "
                              "the profiler's overhead): DIR/profile_<name>_b<batch>.txt")
@@ -579,7 +653,8 @@ def main(argv: list[str] | None = None) -> None:
     settings = Settings(batch_sizes=args.batch_sizes, steps=args.steps, warmup=args.warmup,
                         k=args.k, space_k=args.space_k, knee_tokens=args.knee_tokens,
                         floor_tokens=args.floor_tokens, max_model_len=args.max_model_len,
-                        tail=args.tail, proposers=args.proposers, profile=args.profile)
+                        tail=args.tail, capture=args.capture, proposers=args.proposers,
+                        profile=args.profile)
     started = time.time()
     rows, profiles = measure(sharegpt_pool(settings), settings)
     args.out.mkdir(parents=True, exist_ok=True)
