@@ -3,11 +3,13 @@
 ``jacobi``'s adaptive drafting has several candidate drafts per request and step (the suffix
 lookup, the request's own n-gram continuation, the model's Jacobi tail). Each token of each
 candidate falls into a cell — its source, its position in the draft (0..3, 4 and later
-together), how many of the *other* candidates put the same token at the same position, and
-how the request's previous draft fared (nothing accepted, something accepted, nothing
-drafted) —, and each cell holds how often a token in it was accepted given that the tokens
-before it were. Agreement is the strongest signal there is: a lookup token that the Jacobi
-tail also predicts is accepted far more often than one it contradicts (docs/decisions.md).
+together), how many of the *other* candidates put the same token at the same position, how
+strongly its source backs it (the suffix trees: how long a match of the context it
+continues), and how the request's previous draft fared (nothing accepted, something
+accepted, nothing drafted) —, and each cell holds how often a token in it was accepted
+given that the tokens before it were. Agreement is a strong signal: a lookup token that the
+Jacobi tail also predicts is accepted far more often than one it contradicts
+(docs/decisions.md); so is a long match of the context behind a lookup.
 
 The estimates are learned from every candidate (drafted or not) on the positions whose
 outcome the committed tokens reveal, so a source that is not being drafted is still measured;
@@ -30,6 +32,10 @@ import numpy as np
 POSITIONS = 5
 #: Agreement counts with a cell of their own; more agreeing candidates share the last cell.
 MAX_VOTES = 2
+#: How strongly a source backs a token, where it says (:func:`vllm_cllm.sources.suffix_trees
+#: .match_level`: how long a match of the context the lookup continues); 0 where it does not.
+#: A token's vote cell is ``vote * LEVELS + level``.
+LEVELS = 4
 #: How the request's previous draft fared: a cell of its own each.
 MISSED, HIT, UNDRAFTED = 0, 1, 2
 #: The prior: this many observations at a 30 % acceptance. Low enough that a fresh engine
@@ -51,7 +57,7 @@ class TokenAcceptance:
     def __init__(self, sources: tuple[str, ...]) -> None:
         self.sources = sources
         self._row = {name: i for i, name in enumerate(sources)}
-        shape = (len(sources), POSITIONS, MAX_VOTES + 1, 3)
+        shape = (len(sources), POSITIONS, (MAX_VOTES + 1) * LEVELS, 3)
         #: trials and acceptances side by side, so that a step adds to both at once
         #: (:meth:`observe_grid`); ``trials`` and ``accepted`` are its two halves
         self.counts = np.empty((2, *shape))
@@ -76,7 +82,8 @@ class TokenAcceptance:
         votes = ((grid[:, None, :] == grid[None, :, :]) & present[None, :, :]).sum(axis=1) - 1
         positions = np.minimum(np.arange(width), POSITIONS - 1)
         return {name: (self._row[name], positions[:len(candidates[name])],
-                       np.minimum(votes[r, :len(candidates[name])], MAX_VOTES), previous)
+                       np.minimum(votes[r, :len(candidates[name])], MAX_VOTES) * LEVELS,
+                       previous)
                 for r, name in enumerate(names)}
 
     def values(self, cells: Cells) -> dict[str, np.ndarray]:
@@ -111,25 +118,31 @@ class TokenAcceptance:
     # candidate's length), the same cells and the same float operations as the per-request
     # methods above, so that the estimates, and so the drafts, are the same to the last bit.
 
-    def grid_cells(self, rows: np.ndarray, grid: np.ndarray, previous: np.ndarray
-                   ) -> np.ndarray:
+    def grid_cells(self, rows: np.ndarray, grid: np.ndarray, previous: np.ndarray,
+                   levels: np.ndarray | None = None) -> np.ndarray:
         """Each token's cell of a grid ([R, S, K], -1 where a candidate has no token; ``rows``
         [S] each slot's source row, ``previous`` [R] each row's outcome cell) as one flat
         index into the table (``trials.reshape(-1)``): its source, position, how many of
         the row's *other* candidates put the same token there (capped at :data:`MAX_VOTES`),
-        and the outcome, as :meth:`cells`. Where a candidate has no token the cell is
+        its source's backing (``levels`` [R, S, K], none: 0) and the outcome, as
+        :meth:`cells`. Where a candidate has no token the cell is
         meaningless (but one of the table's). A request's cells are worked out once, when it
         drafts: they value its candidates then and count them once vLLM has committed
         (:meth:`observe_grid`)."""
-        _, _, num_votes, num_previous = self.trials.shape
+        num_previous = self.trials.shape[-1]
         # candidates with the same token at the same position, the candidate itself included
         same = (grid[:, :, None, :] == grid[:, None, :, :]).sum(axis=2)
-        vote = np.minimum(np.arange(grid.shape[1] + 1) - 1, num_votes - 1) * num_previous
-        return self._base(rows, grid.shape[2]) + vote[same] + previous[:, None, None]
+        vote = np.minimum(np.arange(grid.shape[1] + 1) - 1, MAX_VOTES) * (LEVELS
+                                                                        * num_previous)
+        cells = self._base(rows, grid.shape[2]) + vote[same] + previous[:, None, None]
+        if levels is not None:
+            cells += levels * num_previous
+        return cells
 
     def cell_index(self, rows: np.ndarray, votes: np.ndarray,
                    previous: np.ndarray) -> np.ndarray:
-        """:meth:`grid_cells` from given votes ([R, S, K]; ``previous`` [R] or [R, S])."""
+        """:meth:`grid_cells` from given vote cells ([R, S, K], ``vote * LEVELS + level``;
+        ``previous`` [R] or [R, S])."""
         _, _, _, num_previous = self.trials.shape
         prev = previous[:, None, None] if previous.ndim == 1 else previous[:, :, None]
         return self._base(rows, votes.shape[-1]) + votes * num_previous + prev

@@ -27,6 +27,7 @@ from vllm_cllm.core.tokens import EMPTY
 from vllm_cllm.policies.acceptance import (
     HALVE_AT,
     HIT,
+    LEVELS,
     MAX_VOTES,
     MISSED,
     UNDRAFTED,
@@ -102,7 +103,8 @@ class Outcome:
     #: ([R, S, K] grid, cells: TokenAcceptance.grid_cells, the outcome cell included)
     batch: tuple[np.ndarray, np.ndarray] | None = None
     row: int = 0
-    #: instead of ``batch`` after a small step: per candidate its tokens and their votes
+    #: instead of ``batch`` after a small step: per candidate its tokens and their vote
+    #: cells (vote * LEVELS + level)
     small: tuple[list[list[int]], list[list[int]]] | None = None
     cell_previous: int = UNDRAFTED  # the outcome cell the small step valued them in
     previous: int = UNDRAFTED
@@ -362,7 +364,12 @@ class Adaptive:
         found = sizes.copy() if self.recorder is not None else sizes  # before restarts
         previous = np.fromiter((outcome.previous for outcome in outcomes), dtype=np.int64,
                                count=len(outcomes))
-        cells = self.acceptance.grid_cells(self._rows, grid, previous)
+        levels = None
+        for s, (level, backed) in self._levels(sources, states).items():
+            if levels is None:
+                levels = np.zeros(grid.shape, dtype=np.int64)
+            levels[:, s] = np.where(_columns(width) < backed[:, None], level[:, None], 0)
+        cells = self.acceptance.grid_cells(self._rows, grid, previous, levels)
         # a request without a tail is offered a restart block of its room, valued as the tail
         # it buys (drafted after a miss, agreeing with nothing); drawn only where chosen. Its
         # slot holds no token, so its cells are never counted: the grid's cells serve both.
@@ -428,12 +435,16 @@ class Adaptive:
         plain = 1.0 / step_cost(1, knee, floor)
         margin = 1 + self.token_margin
         chosen: list[tuple[int, int, list[float]]] = []  # (j, slot, values up to its cap)
+        levels = {s: (level.tolist(), backed.tolist())
+                  for s, (level, backed) in self._levels(sources, states).items()}
         for j, outcome in enumerate(outcomes):
             tokens = [candidates[name][j].tolist() for name in names]
-            marks = []
-            for mine in tokens:
+            marks = []  # each token's vote cell: its vote and its source's backing
+            for s, mine in enumerate(tokens):
+                level, backed = (levels[s][0][j], levels[s][1][j]) if s in levels else (0, 0)
                 marks.append([min(sum(1 for other in tokens
                                       if len(other) > p and other[p] == t) - 1, MAX_VOTES)
+                              * LEVELS + (level if p < backed else 0)
                               for p, t in enumerate(mine)])
             previous = outcome.previous
             outcome.small, outcome.cell_previous = (tokens, marks), previous
@@ -477,6 +488,13 @@ class Adaptive:
             self._record(step, rows, candidates, drafts, restarts, drawn)
         return drafts
 
+
+    def _levels(self, sources: Mapping[str, DraftSource], states: Sequence[RequestState]
+                ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Per slot whose source tells how strongly it backs its candidates (``levels``, as
+        the suffix trees do), each request's level and how many leading tokens are at it."""
+        return {s: sources[name].levels(states)  # type: ignore[attr-defined]
+                for s, name in enumerate(self.names) if hasattr(sources[name], "levels")}
 
     def _record_arrays(self, outcome: Outcome) -> tuple[np.ndarray, np.ndarray]:
         """A request's record of last step's candidates as ([S, K] tokens, -1 past each;

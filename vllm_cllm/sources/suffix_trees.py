@@ -38,6 +38,31 @@ TREE_DEPTH = 24
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
+#: A lookup's tokens whose estimated probability (the tree's counts along the path) is at
+#: least this are backed by its match (:func:`match_level`); the ones after them are not.
+BACKED_PROB = 0.5
+#: Match lengths from which a lookup's backed tokens are at level 2 and 3 (1 below).
+LEVEL_MATCH = (4, 10)
+
+
+def match_level(match_len: int) -> int:
+    """How strongly a lookup that continues a match of ``match_len`` context tokens backs
+    its tokens, 1..3 (:data:`vllm_cllm.policies.acceptance.LEVELS`): a long match is text
+    being repeated, and its continuation is accepted far more often than a short one's
+    (experiments/suffix_match_length)."""
+    return 1 + (match_len >= LEVEL_MATCH[0]) + (match_len >= LEVEL_MATCH[1])
+
+
+def backed_tokens(probs: Sequence[float]) -> int:
+    """How many leading tokens of a lookup its match backs (their probabilities fall along
+    the path: the first below :data:`BACKED_PROB` ends them)."""
+    n = 0
+    for prob in probs:
+        if prob < BACKED_PROB:
+            break
+        n += 1
+    return n
+
 
 def suffix_tree_missing() -> str | None:
     """None when arctic-inference's suffix trees can be imported, else why not."""
@@ -77,6 +102,9 @@ class _InTree:
     local: Any = None
     global_tree: Any = None
     seq_ids: dict[Any, int] | None = None
+    #: the last lookup's level (:func:`match_level`) and how many of its tokens it backs
+    level: int = 0
+    backed: int = 0
 
 
 class SuffixTrees:
@@ -157,6 +185,8 @@ class SuffixTrees:
                 other = speculate(global_tree, context, n, factor, offset, min_prob, False)
                 if other.score > best.score:
                     best = other
+            record.level, record.backed = match_level(best.match_len), \
+                backed_tokens(best.probs)
             append(best.token_ids)
         return found
 
@@ -186,12 +216,26 @@ class SuffixTrees:
                 req_id, np.ascontiguousarray(context[record.seen:], dtype=np.int32))
         record.seen = len(context)
         if max_tokens <= 0:
+            record.level = record.backed = 0
             return _EMPTY
         found = record.cache.speculate(
             req_id, np.ascontiguousarray(context[-TREE_DEPTH:], dtype=np.int32),
             max_spec_tokens=max_tokens, max_spec_factor=SPEC_FACTOR,
             max_spec_offset=SPEC_OFFSET, min_token_prob=MIN_TOKEN_PROB)
+        record.level, record.backed = match_level(found.match_len), backed_tokens(found.probs)
         return np.asarray(found.token_ids, dtype=np.int64)
+
+    def levels(self, states: Sequence[RequestState]) -> tuple[np.ndarray, np.ndarray]:
+        """Of each request's last lookup (``states``: theirs, in order): its level
+        (:func:`match_level`; 0 without a lookup) and how many of its tokens are at it
+        (the rest at 0)."""
+        part = self.part
+        records = [state.parts.get(part) for state in states]
+        level = np.fromiter((r.level if r is not None else 0 for r in records),
+                            dtype=np.int64, count=len(records))
+        backed = np.fromiter((r.backed if r is not None else 0 for r in records),
+                             dtype=np.int64, count=len(records))
+        return level, backed
 
     def release(self, req_id: str, state: RequestState) -> None:
         """The request left the batch (finished, aborted or preempted): forget its prompt; a
