@@ -26,9 +26,11 @@ Candidates = dict[str, list[np.ndarray]]
 class DraftSource(Protocol):
     """A producer of candidate drafts, working on a whole verify step.
 
-    An optional hook a policy calls where the source has it: ``remember(step, rows,
+    Optional hooks a policy calls where the source has them: ``remember(step, rows,
     states)`` after it proposed (a source that keeps something of each step, e.g. the pool of
-    iterates). A source that keeps something across requests subscribes to the request table
+    iterates); ``levels(states)`` after it proposed, how strongly it backs each request's
+    candidate (levels [R] and how many leading tokens are at that level [R]; the suffix
+    trees). A source that keeps something across requests subscribes to the request table
     (``release``). A source that skipped steps catches up with the tokens committed meanwhile
     on its next call.
     """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -9,6 +10,12 @@ import numpy as np
 
 from vllm_cllm.core.predictions import VerifyPredictions
 from vllm_cllm.core.tokens import EMPTY, write_spans
+
+
+def every_row_in_order(rows: Sequence[int], count: int) -> bool:
+    """Whether ``rows`` are 0..count-1 in order: a selection that is the whole thing, which
+    needs no gather."""
+    return len(rows) == count and list(rows) == list(range(count))
 
 
 @dataclass
@@ -143,7 +150,7 @@ class VerifyStep:
     def rows_index(self, rows: list[int]) -> np.ndarray | None:
         """``rows`` as an index array, None where they are every request of the step in
         order (the usual step: nothing to gather)."""
-        if len(rows) == len(self) and list(rows) == list(range(len(rows))):
+        if every_row_in_order(rows, len(self)):
             return None
         return np.asarray(rows, dtype=np.int64)
 

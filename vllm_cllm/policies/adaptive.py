@@ -22,7 +22,7 @@ import numpy as np
 from vllm_cllm.core.drafter import DraftSource
 from vllm_cllm.core.grid import candidate_grid
 from vllm_cllm.core.requests import RequestState
-from vllm_cllm.core.step import VerifyStep
+from vllm_cllm.core.step import VerifyStep, every_row_in_order
 from vllm_cllm.core.tokens import EMPTY
 from vllm_cllm.policies.acceptance import (
     HALVE_AT,
@@ -284,7 +284,7 @@ class Adaptive:
             if batch is not None and all(outcome.batch is batch for _, outcome in seen):
                 # all drafted last step, in one batch: its rows, at its width
                 which = [outcome.row for _, outcome in seen]
-                if len(which) == len(batch[0]) and which == list(range(len(which))):
+                if every_row_in_order(which, len(batch[0])):
                     grid, cells = batch  # every request of that step, in its order
                 else:
                     grid, cells = batch[0][which], batch[1][which]
@@ -488,13 +488,17 @@ class Adaptive:
             self._record(step, rows, candidates, drafts, restarts, drawn)
         return drafts
 
-
     def _levels(self, sources: Mapping[str, DraftSource], states: Sequence[RequestState]
                 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """Per slot whose source tells how strongly it backs its candidates (``levels``, as
-        the suffix trees do), each request's level and how many leading tokens are at it."""
-        return {s: sources[name].levels(states)  # type: ignore[attr-defined]
-                for s, name in enumerate(self.names) if hasattr(sources[name], "levels")}
+        """Per slot whose source tells how strongly it backs its candidates (the optional
+        ``levels`` hook of :class:`DraftSource`), each request's level and how many leading
+        tokens are at it."""
+        found = {}
+        for s, name in enumerate(self.names):
+            levels = getattr(sources[name], "levels", None)
+            if levels is not None:
+                found[s] = levels(states)
+        return found
 
     def _record_arrays(self, outcome: Outcome) -> tuple[np.ndarray, np.ndarray]:
         """A request's record of last step's candidates as ([S, K] tokens, -1 past each;

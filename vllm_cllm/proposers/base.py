@@ -67,9 +67,10 @@ class SelfDraftingProposer:
             _info(f"measuring the step cost while serving, from knee "
                   f"{self.options.knee_tokens}, floor {self.options.floor_tokens}")
         #: when the current step began and the tokens it scheduled; of the step before, where
-        #: it is timed, also the seconds to its predictions (the measured step cost)
+        #: it is timed, its tokens, seconds to its predictions and when they came (the
+        #: measured step cost)
         self._step: tuple[float, int] | None = None
-        self._timed: tuple[float, int, float] | None = None
+        self._timed: tuple[int, float, float] | None = None
         self._live: set[str] = set()
         self.predictions: VerifyPredictions | PendingPredictions | None = None
         self.captured_steps = 0  # verify steps whose predictions were captured
@@ -90,10 +91,10 @@ class SelfDraftingProposer:
         self.predictions = None
         now = time.perf_counter()
         if self._timed is not None and self.drafter.cost_measurement is not None:
-            started, tokens, forward = self._timed
+            tokens, forward, predicted = self._timed
             # the rest of the last step (this proposer, sampling, output, scheduling), unless
             # none of its requests is here: the engine may have waited for new ones
-            rest = now - started - forward if not live_req_ids.isdisjoint(self._live) else None
+            rest = now - predicted if not live_req_ids.isdisjoint(self._live) else None
             self.drafter.cost_measurement.add(tokens, forward, rest)
         self._timed = None
         self._live = live_req_ids
@@ -160,7 +161,8 @@ class SelfDraftingProposer:
         if self._step is not None and predictions is not None and \
                 self._step[1] == len(predictions.flat):
             started, tokens = self._step
-            self._timed = (started, tokens, time.perf_counter() - started)
+            predicted = time.perf_counter()
+            self._timed = (tokens, predicted - started, predicted)
         self._step = None
         step = VerifyStep.from_vllm(sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
                                     predictions, self.greedy, self.block_len,
