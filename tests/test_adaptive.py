@@ -6,6 +6,7 @@ import itertools
 
 from vllm_cllm.policies.cost_model import (
     SPEC_STEP_OVERHEAD_PER_REQUEST,
+    CostModel,
     draft_lengths,
     step_cost,
 )
@@ -81,6 +82,14 @@ def test_drafting_on_a_thin_margin_is_dropped():
     # a request whose drafts keep being accepted clears it, and batch 1 keeps its free slots
     assert all(sized([(0.95, 0.95)] * 16, [8] * 16, 24))
     assert sized([(0.5, 0.5)], [15], 24, floor_tokens=28)[0] >= 2
+
+
+def test_what_a_request_costs_raises_knee_and_floor_with_the_batch():
+    cost = CostModel(16, 0)
+    assert cost.at(1) == cost.at(64) == (16, 0)  # no part per request: the same at any batch
+    cost = CostModel(16, 25, per_request_tokens=0.5)
+    assert cost.at(8) == (20, 29)
+    assert CostModel(16, 0, per_request_tokens=0.5).at(8) == (20, 0)  # no floor stays none
 
 
 def test_step_cost_is_flat_below_the_floor_and_linear_above():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 from fakes import jacobi, step, verify_and_propose
 
 from vllm_cllm.core.drafter import Candidates, Drafter
@@ -75,6 +76,34 @@ def test_a_toy_source_competes_in_the_adaptive_policy_and_wins_where_it_is_right
         assert draft.tolist() == text[length:length + len(draft)]
         lengths.append(len(draft))
     assert lengths[-1] == 4
+
+
+@pytest.mark.parametrize("batch", [4, 8])  # the small step's path and the grid's
+def test_what_a_request_costs_makes_drafts_cheaper_beside_it(batch):
+    """Text of period 4, every guess accepted: where a step's fixed part is a single query
+    token, drafting costs more than it brings; where each request costs ten more (its
+    context to attend to), the same drafts are worth it (the knee grows with the batch)."""
+    from vllm_cllm.core.tokens import matched_prefix
+
+    final = []
+    for per_request in (0.0, 10.0):
+        drafter = Drafter([Period(4), JacobiTail(), RestartBlock(0)],
+                          [Adaptive(["period", "tail"], CostModel(1, 0, per_request),
+                                    token_margin=0.3)])
+        text, length = [3, 4, 5, 6] * 30, 8
+        drafts = [np.empty(0, np.int64)] * batch
+        for _ in range(12):
+            rows = [text[length:length + len(d) + 1] for d in drafts]
+            accepted = {matched_prefix(d, row[:len(d)])
+                        for d, row in zip(drafts, rows, strict=True)}
+            assert len(accepted) == 1  # every request drafts and commits the same
+            hit = accepted.pop()
+            length += hit + 1
+            drafts = drafter.propose(step([text[:length]] * batch,
+                                          [row[:hit + 1] for row in rows], rows, rooms=4,
+                                          req_ids=[f"r{i}" for i in range(batch)]))
+        final.append([len(d) for d in drafts])
+    assert final == [[0] * batch, [4] * batch]
 
 
 def test_requests_without_room_are_not_drafted_and_policies_see_only_their_own():

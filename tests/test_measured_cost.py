@@ -27,6 +27,32 @@ def test_a_fit_recovers_knee_and_floor():
         assert not isinstance(fit, str), fit
         assert fit.knee_tokens == pytest.approx(knee, rel=0.2, abs=3)
         assert fit.floor_tokens == pytest.approx(floor, rel=0.2, abs=8)
+        assert fit.per_request_tokens == 0  # every step of one request: no part per request
+
+
+def test_a_fit_tells_what_a_request_costs_from_what_its_tokens_cost():
+    """Steps of 1, 4, 8 and 32 requests, each drafting 0-40 tokens, that cost 1e-4 s per
+    query token past a fixed part of 15 tokens and 1.5 tokens more per request (its context
+    to attend to): a fit through all of them recovers the three, where one line through the
+    token counts alone would mix the requests' part into the slope."""
+    rng = np.random.default_rng(1)
+    requests = np.repeat([1, 4, 8, 32], 60)
+    tokens = requests + rng.integers(0, 41, len(requests))
+    seconds = 1e-4 * (1.5 * requests + np.maximum(0, 15 + tokens)) * (
+        1 + 0.02 * rng.standard_normal(len(tokens)))
+    fit = fit_step_cost(tokens, seconds, requests)
+    assert not isinstance(fit, str), fit
+    assert fit.knee_tokens == pytest.approx(15, abs=3)
+    assert fit.per_request_tokens == pytest.approx(1.5, abs=0.3)
+    assert fit.seconds_per_token == pytest.approx(1e-4, rel=0.1)
+    cost = CostModel(256, 0)
+    measurement = CostMeasurement(cost, refit_every=len(tokens))
+    for count, took, batch in zip(tokens.tolist(), seconds.tolist(), requests.tolist(),
+                                  strict=True):
+        measurement.add(count, took, 0.001 * (1 + batch / 10), batch)  # 1 ms + 0.1 a request
+    # the rest's own part per request (0.1 ms: one query token) joins the forward's
+    assert cost.per_request_tokens == pytest.approx(2.5, abs=0.4)
+    assert cost.at(8)[0] == pytest.approx(cost.knee_tokens + 8 * cost.per_request_tokens)
 
 
 def _measured(samples: list[tuple[int, float]]) -> tuple[CostModel, list[str]]:
@@ -109,10 +135,10 @@ def test_the_proposer_feeds_its_timed_steps_to_the_measurement(monkeypatch):
         proposer.predictions = predictions(["r"], [[5, 6, 7]])  # 2 drafts verified
         proposer.propose([[5]], np.array([13 + n]), tokens)
     # each step's forward (start to predictions), and its rest at the next step's start
-    assert list(measurement.samples) == [(3, 0.5)] * 2
-    assert list(measurement.rests) == [0.5] * 2
+    assert list(measurement.samples) == [(3, 0.5, 1)] * 2
+    assert list(measurement.rests) == [(1, 0.5)] * 2
     proposer.retain_requests({"r"}, {"r"})  # a caller without the token count: not timed
-    assert list(measurement.samples) == [(3, 0.5)] * 3
+    assert list(measurement.samples) == [(3, 0.5, 1)] * 3
     proposer.predictions = predictions(["r"], [[5]])
     proposer.propose([[5]], np.array([17]), tokens)
     proposer.retain_requests({"s"}, {"s"}, scheduled_tokens=1)

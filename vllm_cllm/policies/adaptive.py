@@ -354,7 +354,7 @@ class Adaptive:
     def draft(self, step: VerifyStep, rows: Sequence[int], states: Sequence[RequestState],
               sources: Mapping[str, DraftSource]) -> list[np.ndarray]:
         outcomes = self.observe(step, rows, states)
-        knee, floor = self.cost.knee_tokens, self.cost.floor_tokens
+        knee, floor = self.cost.at(len(step))
         if len(rows) <= SMALL_STEP:
             return self._draft_small(step, rows, states, outcomes, sources)
         subset = step.rows_index(rows)
@@ -421,7 +421,7 @@ class Adaptive:
         """:meth:`draft` for a step of a few requests, in plain Python: the same votes,
         values (sequential products and sums, as numpy's cumprod and cumsum), choices and
         sizing (:func:`draft_lengths_grid`'s merge as a sort of the same keys), to the bit."""
-        knee, floor = self.cost.knee_tokens, self.cost.floor_tokens
+        knee, floor = self.cost.at(len(step))
         table = self.acceptance
         lengths = [int(step.rooms[i]) for i in rows]
         candidates = gather(sources, self.names, step, rows, lengths, states)
@@ -529,7 +529,7 @@ class Adaptive:
         """Log the step's candidates, the restart blocks drawn among them (``recorder``)."""
         assert self.recorder is not None
         self.recorder.record(step, rows, candidates, drafts,
-                             (self.cost.knee_tokens, self.cost.floor_tokens),
+                             self.cost.at(len(step)),
                              dict(zip(restarts, drawn, strict=True)), self.restart)
 
 def _sized_small(step: VerifyStep, rows: Sequence[int], lengths: list[int],

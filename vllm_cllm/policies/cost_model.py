@@ -42,11 +42,21 @@ TOKEN_MARGIN_PCT = 30
 
 @dataclass
 class CostModel:
-    """The step cost model's parameters in use: ``max(floor, knee + N)`` in one-query-token
-    units. Mutable: a measurement of the machine may refine them while the engine serves."""
+    """The step cost model's parameters in use: a step of ``B`` requests over ``N`` query
+    tokens costs ``p·B + max(floor, knee + N)`` one-query-token units (``p``:
+    ``per_request_tokens``, what a request costs on top of its query tokens). Mutable: a
+    measurement of the machine may refine them while the engine serves."""
 
     knee_tokens: float
     floor_tokens: float
+    per_request_tokens: float = 0.0
+
+    def at(self, batch: int) -> tuple[float, float]:
+        """Knee and floor for a step of ``batch`` requests: the requests' own part added to
+        both (a floor of 0 stays 0: none)."""
+        extra = self.per_request_tokens * batch
+        return self.knee_tokens + extra, self.floor_tokens + extra if self.floor_tokens \
+            else 0.0
 
 
 def step_cost(query_tokens: float | np.ndarray, knee_tokens: float, floor_tokens: float = 0.0

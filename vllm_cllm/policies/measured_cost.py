@@ -1,16 +1,19 @@
 """The step cost model measured on the machine the engine runs on.
 
-The adaptive policy prices a verify step over ``N`` query tokens as
-``max(floor, knee + N)`` one-query-token units (:mod:`vllm_cllm.policies.cost_model`). Here
-its two parameters are fitted to the engine's own verify steps: each step's forward time
-(from its start to its predictions on the host) against the tokens it scheduled, plus the
-rest of a step (from the predictions to the next step's start: sampling, this proposer,
-output, scheduling), which a draft token must pay back too but which does not grow with
-the draft tokens. Seconds of the forward are ``t = c · max(floor, knee + N)``, i.e. a flat
-part ``F = c·floor`` and a line ``a + b·N`` with ``knee = a / b``, ``floor = F / b``; the
-median rest ``r`` adds ``r / c`` to both (where there is a floor); only ratios matter. The
-rest is a median over the last steps: a step followed by a pause (the engine waiting for
-requests, or taking turns with other engines) does not move it.
+The adaptive policy prices a verify step of ``B`` requests over ``N`` query tokens as
+``p·B + max(floor, knee + N)`` one-query-token units (:mod:`vllm_cllm.policies.cost_model`).
+Here its parameters are fitted to the engine's own verify steps: each step's forward time
+(from its start to its predictions on the host) against the tokens it scheduled and the
+requests it ran, plus the rest of a step (from the predictions to the next step's start:
+sampling, this proposer, output, scheduling), which a draft token must pay back too but which
+does not grow with the draft tokens. Seconds of the forward are
+``t = c·B + max(F, a + b·N)``: a flat part ``F`` (a device bound by reading the weights), a
+line ``a + b·N`` and a part ``c`` per request on top of its token (its own context to attend
+to, its own sampling); ``knee = a / b``, ``floor = F / b``, ``p = c / b``. Where every step
+ran the same number of requests, ``c`` cannot be told from ``a`` and is 0. The rest is a line
+in the requests too, through the per-batch-size medians of the last steps: a step followed
+by a pause (the engine waiting for requests, or taking turns with other engines) does not
+move it. Only ratios matter.
 
 A fit is used only where the samples span a range of token counts and the fit explains
 them; a fit whose slope is zero or negative, whose parameters are out of range, or whose
@@ -32,67 +35,122 @@ from vllm_cllm.policies.cost_model import CostModel
 WINDOW, REFIT_EVERY = 1024, 64
 #: A fit needs samples in at least this many distinct token-count bins, spanning this ratio.
 MIN_BINS, MIN_SPAN = 3, 2.0
+#: A bin (token count and request count) is fitted only with at least this many steps in it.
+MIN_BIN_STEPS = 3
 #: A fit is used only if its median relative error over the bins is below this.
 MAX_ERROR = 0.25
-#: The range a fitted knee or floor must fall in (query tokens).
+#: The range a fitted knee, floor or per-request part must fall in (query tokens).
 MAX_TOKENS = 1 << 20
 
 
 @dataclass(frozen=True)
 class Fit:
-    """One fit: knee and floor in query tokens, the seconds per query token ``c`` and the
-    median relative error over the bins it was fitted to."""
+    """One fit: knee, floor and the part per request in query tokens, the seconds per query
+    token ``b`` and the median relative error over the bins it was fitted to."""
 
     knee_tokens: float
     floor_tokens: float
     seconds_per_token: float
     error: float
     bins: int
-    #: the median rest of a step (seconds), in ``knee_tokens`` and ``floor_tokens``
+    per_request_tokens: float = 0.0
+    #: the rest of a step (seconds): its fixed part and its part per request, in the above
     rest_seconds: float = 0.0
+    rest_per_request_seconds: float = 0.0
 
-    def with_rest(self, seconds: float) -> Fit:
-        """The fit with the rest of a step, ``seconds``, added to its cost."""
-        extra = max(0.0, seconds) / self.seconds_per_token
-        return Fit(self.knee_tokens + extra, self.floor_tokens + extra if self.floor_tokens
-                   else 0.0, self.seconds_per_token, self.error, self.bins, max(0.0, seconds))
+    def with_rest(self, seconds: float, per_request: float = 0.0) -> Fit:
+        """The fit with the rest of a step, ``seconds`` plus ``per_request`` a request,
+        added to its cost."""
+        seconds, per_request = max(0.0, seconds), max(0.0, per_request)
+        extra = seconds / self.seconds_per_token
+        return Fit(self.knee_tokens + extra,
+                   self.floor_tokens + extra if self.floor_tokens else 0.0,
+                   self.seconds_per_token, self.error, self.bins,
+                   self.per_request_tokens + per_request / self.seconds_per_token,
+                   seconds, per_request)
 
 
-def fit_step_cost(tokens: np.ndarray, seconds: np.ndarray) -> Fit | str:
-    """The hinge ``max(F, a + b·N)`` through the per-bin medians of the samples, or why none
-    can be trusted (too few bins, a zero or negative slope, parameters out of range, a large
-    error)."""
-    tokens, seconds = np.asarray(tokens, dtype=np.float64), np.asarray(seconds, dtype=np.float64)
-    keep = np.isfinite(seconds) & (seconds > 0) & (tokens > 0)
-    tokens, seconds = tokens[keep], seconds[keep]
+def _binned(columns: list[np.ndarray], values: np.ndarray
+            ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """Per bin of the ``columns`` (quarter octaves of each), the columns' and ``values``'
+    medians and the number of samples, for the bins of at least :data:`MIN_BIN_STEPS`."""
+    keys = np.stack([np.round(np.log2(c) * 4) for c in columns], axis=1)
+    _, which, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+    which = which.reshape(-1)
+    full = (counts >= MIN_BIN_STEPS).nonzero()[0]
+    medians = [np.array([np.median(c[which == k]) for k in full]) for c in columns]
+    return medians, np.array([np.median(values[which == k]) for k in full]), counts[full]
+
+
+def fit_step_cost(tokens: np.ndarray, seconds: np.ndarray,
+                  requests: np.ndarray | None = None) -> Fit | str:
+    """``c·B + max(F, a + b·N)`` through the per-bin medians of the samples (``requests``:
+    each step's ``B``, None: all alike), or why none can be trusted (too few bins, a zero or
+    negative slope, parameters out of range, a large error)."""
+    tokens = np.asarray(tokens, dtype=np.float64)
+    seconds = np.asarray(seconds, dtype=np.float64)
+    requests = np.ones_like(tokens) if requests is None else np.asarray(requests, np.float64)
+    keep = np.isfinite(seconds) & (seconds > 0) & (tokens > 0) & (requests > 0)
+    tokens, seconds, requests = tokens[keep], seconds[keep], requests[keep]
     if not len(tokens):
         return "no timed steps"
-    edges = np.unique(np.round(np.log2(tokens) * 4))  # quarter-octave bins
-    bins = np.round(np.log2(tokens) * 4)
-    n = np.array([np.median(tokens[bins == e]) for e in edges])
-    t = np.array([np.median(seconds[bins == e]) for e in edges])
-    if len(n) < MIN_BINS or n.max() < MIN_SPAN * n.min():
-        return f"{len(n)} token-count bins spanning {n.min():.0f}-{n.max():.0f} tokens"
-    best: tuple[float, float, float, float] | None = None  # (error, F, a, b)
+    (n, r), t, counts = _binned([tokens, requests], seconds)
+    if len(np.unique(np.round(np.log2(n) * 4))) < MIN_BINS or n.max() < MIN_SPAN * n.min():
+        return (f"{len(n)} token-count bins spanning {n.min():.0f}-{n.max():.0f} tokens"
+                if len(n) else "no token-count bin with enough steps")
+    order = n.argsort(kind="stable")
+    n, r, t, weight = n[order], r[order], t[order], np.sqrt(counts[order])
+    best: tuple[float, float, float, float, float] | None = None  # (error, F, a, b, c)
     for flat in range(0, len(n) - 1):  # the first ``flat`` bins on the floor, the rest on the line
-        line_n, line_t = n[flat:], t[flat:]
-        b, a = np.polyfit(line_n, line_t, 1)
-        floor = float(np.median(t[:flat])) if flat else 0.0
-        model = np.maximum(floor, a + b * n)
-        error = float(np.median(np.abs(model - t) / t))
-        if best is None or error < best[0]:
-            best = (error, floor, float(a), float(b))
-    error, floor, a, b = best  # type: ignore[misc]
+        on_floor = np.arange(len(n)) < flat
+        # columns F, a, b, c: t = F + c·r on the floor, a + b·n + c·r on the line
+        design = np.stack([on_floor, ~on_floor, np.where(on_floor, 0.0, n), r], axis=1)
+        design = design[:, [flat > 0, True, True, True]].astype(np.float64)
+        for columns in (design, design[:, :-1]):  # with a part per request, then without
+            if np.linalg.matrix_rank(columns) < columns.shape[1]:
+                continue
+            solved = np.linalg.lstsq(columns * weight[:, None], t * weight, rcond=None)[0]
+            if columns.shape[1] == design.shape[1] and solved[-1] < 0:
+                continue  # a request costs at least nothing on top of its token
+            params = np.zeros(4)
+            params[[i for i, used in enumerate([flat > 0, True, True,
+                                                columns.shape[1] == design.shape[1]]) if used]] \
+                = solved
+            floor, a, b, c = params
+            model = c * r + np.maximum(floor, a + b * n)
+            error = float(np.median(np.abs(model - t) / t))
+            if best is None or error < best[0]:
+                best = (error, floor, a, b, c)
+            break
+    if best is None:
+        return "no fit of the bins"
+    error, floor, a, b, c = best
     if error > MAX_ERROR:
         return f"a median error of {error:.0%}"
     if not b > 0:
         return f"a slope of {b:.3g} s per token"
-    knee, floor_tokens = a / b, floor / b
+    knee, floor_tokens, per_request = a / b, floor / b, c / b
     if floor_tokens <= (knee + n.min()) * 1.05:
         floor_tokens = 0.0  # a floor below every observed step's cost says nothing
-    if not (1 <= knee <= MAX_TOKENS and 0 <= floor_tokens <= MAX_TOKENS):
+    if not (1 <= knee <= MAX_TOKENS and 0 <= floor_tokens <= MAX_TOKENS
+            and per_request <= MAX_TOKENS):
         return f"knee {knee:.3g}, floor {floor_tokens:.3g} tokens"
-    return Fit(knee, floor_tokens, b, error, len(n))
+    return Fit(knee, floor_tokens, b, error, len(n), per_request)
+
+
+def fit_rest(requests: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
+    """The rest of a step as ``fixed + per_request·B`` (seconds), through the per-batch-size
+    medians: one batch size gives its median and no part per request."""
+    requests = np.asarray(requests, dtype=np.float64)
+    seconds = np.asarray(seconds, dtype=np.float64)
+    (r,), t, counts = _binned([np.maximum(requests, 1)], seconds)
+    if len(r) < 2:
+        return float(np.median(seconds)), 0.0
+    weight = np.sqrt(counts)
+    per_request, fixed = np.polyfit(r, t, 1, w=weight)
+    if per_request < 0:
+        return float(np.average(t, weights=counts)), 0.0
+    return max(0.0, float(fixed)), float(per_request)
 
 
 class CostMeasurement:
@@ -103,8 +161,10 @@ class CostMeasurement:
                  window: int = WINDOW, refit_every: int = REFIT_EVERY) -> None:
         self.cost = cost
         self.prior = (cost.knee_tokens, cost.floor_tokens)
-        self.samples: deque[tuple[int, float]] = deque(maxlen=window)
-        self.rests: deque[float] = deque(maxlen=window)
+        #: (query tokens, seconds, requests) of each timed step's forward
+        self.samples: deque[tuple[int, float, int]] = deque(maxlen=window)
+        #: (requests, seconds) of each step's rest
+        self.rests: deque[tuple[int, float]] = deque(maxlen=window)
         self.refit_every = refit_every
         self.log = log or (lambda message: None)
         self.fits: list[Fit] = []
@@ -112,11 +172,12 @@ class CostMeasurement:
         self._dropped = 0
         self._last_reason = ""
 
-    def add(self, query_tokens: int, seconds: float, rest: float | None = None) -> None:
-        """One verify step over ``query_tokens`` took ``seconds`` to its predictions and
-        ``rest`` more to the next step's start (None: not known)."""
+    def add(self, query_tokens: int, seconds: float, rest: float | None = None,
+            requests: int = 1) -> None:
+        """One verify step of ``requests`` requests over ``query_tokens`` took ``seconds``
+        to its predictions and ``rest`` more to the next step's start (None: not known)."""
         if rest is not None and np.isfinite(rest) and rest >= 0:
-            self.rests.append(float(rest))
+            self.rests.append((int(requests), float(rest)))
         if query_tokens <= 0 or not np.isfinite(seconds) or seconds <= 0:
             if not self._dropped:
                 self.log(f"dropped a verify step timed at {seconds!r} s over {query_tokens} "
@@ -124,16 +185,15 @@ class CostMeasurement:
                          f"{self.cost.floor_tokens:.0f}")
             self._dropped += 1
             return
-        self.samples.append((int(query_tokens), float(seconds)))
+        self.samples.append((int(query_tokens), float(seconds), int(requests)))
         self._since_fit += 1
         if self._since_fit >= self.refit_every:
             self._since_fit = 0
             self.refit()
 
     def refit(self) -> Fit | None:
-        tokens = np.array([n for n, _ in self.samples])
-        seconds = np.array([s for _, s in self.samples])
-        found = fit_step_cost(tokens, seconds)
+        tokens, seconds, requests = np.array(self.samples, dtype=np.float64).T
+        found = fit_step_cost(tokens, seconds, requests)
         if isinstance(found, str):
             if found != self._last_reason:
                 self._last_reason = found
@@ -141,12 +201,17 @@ class CostMeasurement:
                          f"{self.cost.knee_tokens:.0f}, floor {self.cost.floor_tokens:.0f}")
             return None
         if self.rests:
-            found = found.with_rest(float(np.median(self.rests)))
+            rests = np.array(self.rests, dtype=np.float64)
+            found = found.with_rest(*fit_rest(rests[:, 0], rests[:, 1]))
         self.fits.append(found)
         self.cost.knee_tokens, self.cost.floor_tokens = found.knee_tokens, found.floor_tokens
+        self.cost.per_request_tokens = found.per_request_tokens
+        per_request = (f"; each request adds {found.per_request_tokens:.2f} query tokens "
+                       f"({found.rest_per_request_seconds * 1e3:.2f} ms of them besides the "
+                       f"forward)" if found.per_request_tokens else "")
         self.log(f"step cost measured over {len(tokens)} steps: knee {found.knee_tokens:.0f}, "
                  f"floor {found.floor_tokens:.0f} query tokens, "
                  f"{found.seconds_per_token * 1e6:.1f} us per query token, "
-                 f"{found.rest_seconds * 1e3:.2f} ms per step besides the forward "
+                 f"{found.rest_seconds * 1e3:.2f} ms per step besides the forward{per_request} "
                  f"(median error {found.error:.0%} over {found.bins} bins)")
         return found

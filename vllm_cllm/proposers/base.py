@@ -67,10 +67,10 @@ class SelfDraftingProposer:
             _info(f"measuring the step cost while serving, from knee "
                   f"{self.options.knee_tokens}, floor {self.options.floor_tokens}")
         #: when the current step began and the tokens it scheduled; of the step before, where
-        #: it is timed, its tokens, seconds to its predictions and when they came (the
-        #: measured step cost)
+        #: it is timed, its tokens, seconds to its predictions, when they came and its
+        #: requests (the measured step cost)
         self._step: tuple[float, int] | None = None
-        self._timed: tuple[int, float, float] | None = None
+        self._timed: tuple[int, float, float, int] | None = None
         self._live: set[str] = set()
         self.predictions: VerifyPredictions | PendingPredictions | None = None
         self.captured_steps = 0  # verify steps whose predictions were captured
@@ -91,11 +91,11 @@ class SelfDraftingProposer:
         self.predictions = None
         now = time.perf_counter()
         if self._timed is not None and self.drafter.cost_measurement is not None:
-            tokens, forward, predicted = self._timed
+            tokens, forward, predicted, requests = self._timed
             # the rest of the last step (this proposer, sampling, output, scheduling), unless
             # none of its requests is here: the engine may have waited for new ones
             rest = now - predicted if not live_req_ids.isdisjoint(self._live) else None
-            self.drafter.cost_measurement.add(tokens, forward, rest)
+            self.drafter.cost_measurement.add(tokens, forward, rest, requests)
         self._timed = None
         self._live = live_req_ids
         self._step = (now, scheduled_tokens) if scheduled_tokens else None
@@ -162,7 +162,7 @@ class SelfDraftingProposer:
                 self._step[1] == len(predictions.flat):
             started, tokens = self._step
             predicted = time.perf_counter()
-            self._timed = (tokens, predicted - started, predicted)
+            self._timed = (tokens, predicted - started, predicted, len(predictions.req_ids))
         self._step = None
         step = VerifyStep.from_vllm(sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
                                     predictions, self.greedy, self.block_len,
