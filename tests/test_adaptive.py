@@ -72,16 +72,27 @@ def test_allocation_is_optimal_for_the_cost_model():
 
 
 def test_drafting_on_a_thin_margin_is_dropped():
-    # batch 16, knee 24: requests right ~55 % of the time promise a few per cent over plain
-    # decoding; estimates that just cleared the bar are the luckiest, so nothing is drafted
-    thin = [(0.55, 0.3)] * 16
-    assert any(sized(thin, [8] * 16, 24, margin=0.0))
+    # batch 16, knee 24: a step costs 40 query tokens for 16 tokens, so a query token is worth
+    # 0.4 of one; 16 first positions accepted 53 % of the time add 8.48 expected tokens for 20
+    # query tokens (the 16 drafts and the spec path's 4) worth 8.0: a gain of 6 %, from the
+    # luckiest estimates, so nothing is drafted; at 60 % (9.6 against 8.0) it is
+    thin = [(0.53, 0.0)] * 16
+    assert sized(thin, [8] * 16, 24, margin=0.0) == [1] * 16
     assert sized(thin, [8] * 16, 24) == [0] * 16
-    gain = lambda lengths: _ratio(thin, lengths, 24) / _ratio(thin, [0] * 16, 24)  # noqa: E731
-    assert 1.0 < gain(sized(thin, [8] * 16, 24, margin=0.0)) < 1.1
+    assert sized([(0.6, 0.0)] * 16, [8] * 16, 24) == [1] * 16
     # a request whose drafts keep being accepted clears it, and batch 1 keeps its free slots
     assert all(sized([(0.95, 0.95)] * 16, [8] * 16, 24))
     assert sized([(0.5, 0.5)], [15], 24, floor_tokens=28)[0] >= 2
+
+
+def test_the_margin_is_on_the_drafts_not_on_the_batch():
+    """A request whose drafts are nearly always accepted drafts beside 15 that have nothing
+    to draft, as it would alone: the margin asks its drafts to beat what they cost, not the
+    other requests' tokens to grow by a tenth (a cut-off by batch size)."""
+    good = (0.95, 0.95)
+    assert sized([good], [8], 24)[0] == 8
+    lengths = sized([good] + [(0.0, 0.0)] * 15, [8] * 16, 24)
+    assert lengths[0] > 0 and not any(lengths[1:])
 
 
 def test_what_a_request_costs_raises_knee_and_floor_with_the_batch():

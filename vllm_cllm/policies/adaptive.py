@@ -36,9 +36,9 @@ from vllm_cllm.policies.acceptance import (
 )
 from vllm_cllm.policies.candidate_log import CandidateLog
 from vllm_cllm.policies.cost_model import (
-    DRAFT_MARGIN,
     SPEC_STEP_OVERHEAD_PER_REQUEST,
     CostModel,
+    beats_plain,
     draft_costs,
     draft_lengths_grid,
     step_cost,
@@ -559,8 +559,7 @@ def _sized_small(step: VerifyStep, rows: Sequence[int], lengths: list[int],
             break
         gain, tokens, rate = more_gain, more_tokens, more
         taken[j] = taken.get(j, 0) + 1
-    plain = batch / step_cost(batch, knee, floor)
-    return taken if rate > plain * (1 + DRAFT_MARGIN) else {}
+    return taken if beats_plain(gain, max(floor, knee + tokens), batch, knee, floor) else {}
 
 
 def _widened(grid: np.ndarray, cells: np.ndarray, known: np.ndarray, num_known: np.ndarray,

@@ -30,9 +30,11 @@ import numpy as np
 #: tokens: the spec-decode path (multi-token attention, rejection sampler) costs more than a
 #: plain decode step even for a few drafts.
 SPEC_STEP_OVERHEAD_PER_REQUEST = 0.25
-#: How much more drafting must promise than drafting nothing (expected tokens per cost), or
-#: nothing is drafted. The requests that clear a thin bar are those whose recent drafts were
-#: luckiest, so their estimates overstate the next draft (the winner's curse).
+#: How much more a step's drafts must promise than what their cost would buy without them
+#: (the batch's own tokens at the plain rate), or nothing is drafted. The requests that clear
+#: a thin bar are those whose recent drafts were luckiest, so their estimates overstate the
+#: next draft (the winner's curse). On the drafts alone, not the whole step's rate: a bar on
+#: the step's rate would ask a batch of B to gain a share of B tokens, a cut-off by batch size.
 DRAFT_MARGIN = 0.1
 #: Default of the option ``token_margin_pct``: each draft token's expected yield counts
 #: ``1 / (1 + margin)`` of its estimate, so where a token costs time (above the floor) it is
@@ -150,7 +152,17 @@ def draft_lengths_grid(values: np.ndarray, caps: np.ndarray, knee_tokens: float,
     rate = gain / costs[:len(gain)]
     worse = (rate[1:] <= rate[:-1]).nonzero()[0]  # adding item m + 1 would not raise it
     taken = int(worse[0]) if len(worse) else len(order)
-    plain = batch / step_cost(batch, knee_tokens, floor_tokens)
-    if not rate[taken] > plain * (1 + margin):
+    if not beats_plain(float(gain[taken]), float(costs[taken]), batch, knee_tokens,
+                       floor_tokens, margin):
         return np.zeros(rows, dtype=np.int64)
     return np.bincount(which[order[:taken]], minlength=rows).astype(np.int64)
+
+
+def beats_plain(gain: float, cost: float, batch: int, knee_tokens: float, floor_tokens: float,
+                margin: float = DRAFT_MARGIN) -> bool:
+    """Whether a step of ``batch`` requests whose drafts bring it to ``gain`` expected tokens
+    at ``cost`` is worth drafting: the tokens the drafts add must beat, by ``margin``, what
+    the cost they add would have bought at the rate of drafting nothing. Below the floor,
+    where drafts add no cost, any gain is."""
+    plain_cost = step_cost(batch, knee_tokens, floor_tokens)
+    return gain - batch > (1 + margin) * (cost - plain_cost) * batch / plain_cost
