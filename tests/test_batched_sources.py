@@ -21,7 +21,7 @@ def _heap_draft_lengths(values, rooms, knee, floor, overhead=0.25, margin=0.1,
     batch = len(values)
     lengths = [0] * batch
     caps = [min(room, len(v)) for room, v in zip(rooms, values, strict=True)]
-    plain = batch / step_cost(batch, knee, floor)
+    plain_cost = step_cost(batch, knee, floor)
     trust = 1.0 / (1.0 + token_margin)
     gain, tokens = float(batch), batch * (1 + overhead)
     heap = [(-float(values[i][0]), i) for i in range(batch) if caps[i] > 0 and values[i][0] > 0]
@@ -36,8 +36,9 @@ def _heap_draft_lengths(values, rooms, knee, floor, overhead=0.25, margin=0.1,
         gain, tokens = gain + value, tokens + 1
         if lengths[i] < caps[i]:
             heapq.heappush(heap, (-float(values[i][lengths[i]]), i))
-    return lengths if gain / step_cost(tokens, knee, floor) > plain * (1 + margin) \
-        else [0] * batch
+    # kept where the drafts' tokens beat what their cost would buy at the plain rate
+    bought = (step_cost(tokens, knee, floor) - plain_cost) * batch / plain_cost
+    return lengths if gain - batch > (1 + margin) * bought else [0] * batch
 
 
 def test_draft_lengths_pops_positions_in_the_heaps_order():
