@@ -24,8 +24,9 @@ def main() -> None:
     cost = CostModel(24, 28)
     measurement = CostMeasurement(cost, print)
     for i, s in enumerate(steps):
+        fits = len(measurement.fits)
         measurement.add(s["tokens"], s["forward"], s["rest"], s["batch"])
-        if measurement._since_fit == 0 and i >= 63:
+        if len(measurement.fits) > fits:  # a fit taken at this step
             knees = ", ".join(f"b{b}: {cost.at(b)[0]:.0f}/{cost.at(b)[1]:.0f}"
                               for b in args.batches)
             print(f"  step {i + 1} (batch {s['batch']}): knee/floor at {knees}")

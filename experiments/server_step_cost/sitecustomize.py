@@ -19,11 +19,10 @@ if os.environ.get("STEP_LOG_DIR"):
         path = os.path.join(os.environ["STEP_LOG_DIR"], f"{os.getpid()}.jsonl")
 
         def retain_requests(self, live_req_ids, greedy_req_ids=None, scheduled_tokens=None):
-            timed, batch = self._timed, len(self._live)
-            now = time.perf_counter()
+            timed, now = self._timed, time.perf_counter()
             original(self, live_req_ids, greedy_req_ids, scheduled_tokens)
             if timed is not None:
-                tokens, forward, predicted = timed[:3]
+                tokens, forward, predicted, batch = timed
                 cost = self.drafter.cost_measurement.cost if self.drafter.cost_measurement \
                     else None
                 with open(path, "a") as f:

@@ -559,7 +559,8 @@ def _sized_small(step: VerifyStep, rows: Sequence[int], lengths: list[int],
             break
         gain, tokens, rate = more_gain, more_tokens, more
         taken[j] = taken.get(j, 0) + 1
-    return taken if beats_plain(gain, max(floor, knee + tokens), batch, knee, floor) else {}
+    return taken if beats_plain(gain, step_cost(tokens, knee, floor), batch, knee, floor) \
+        else {}
 
 
 def _widened(grid: np.ndarray, cells: np.ndarray, known: np.ndarray, num_known: np.ndarray,

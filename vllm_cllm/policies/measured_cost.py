@@ -71,15 +71,28 @@ class Fit:
 
 
 def _binned(columns: list[np.ndarray], values: np.ndarray
-            ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    """Per bin of the ``columns`` (quarter octaves of each), the columns' and ``values``'
-    medians and the number of samples, for the bins of at least :data:`MIN_BIN_STEPS`."""
+            ) -> tuple[np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:
+    """Per bin of the ``columns`` (quarter octaves of each) with at least
+    :data:`MIN_BIN_STEPS` samples: its key (one per column), the columns' and ``values``'
+    medians and the number of samples."""
     keys = np.stack([np.round(np.log2(c) * 4) for c in columns], axis=1)
-    _, which, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+    bins, which, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
     which = which.reshape(-1)
     full = (counts >= MIN_BIN_STEPS).nonzero()[0]
     medians = [np.array([np.median(c[which == k]) for k in full]) for c in columns]
-    return medians, np.array([np.median(values[which == k]) for k in full]), counts[full]
+    return (bins[full], medians, np.array([np.median(values[which == k]) for k in full]),
+            counts[full])
+
+
+def _least_squares(columns: dict[str, np.ndarray], t: np.ndarray, weight: np.ndarray
+                   ) -> dict[str, float] | None:
+    """The weighted least-squares coefficients of ``t`` on the named columns, None where the
+    columns cannot be told apart (a rank below their number)."""
+    design = np.stack(list(columns.values()), axis=1)
+    solved, _, rank, _ = np.linalg.lstsq(design * weight[:, None], t * weight, rcond=None)
+    if rank < design.shape[1]:
+        return None
+    return dict(zip(columns, solved.tolist(), strict=True))
 
 
 def fit_step_cost(tokens: np.ndarray, seconds: np.ndarray,
@@ -94,8 +107,8 @@ def fit_step_cost(tokens: np.ndarray, seconds: np.ndarray,
     tokens, seconds, requests = tokens[keep], seconds[keep], requests[keep]
     if not len(tokens):
         return "no timed steps"
-    (n, r), t, counts = _binned([tokens, requests], seconds)
-    if len(np.unique(np.round(np.log2(n) * 4))) < MIN_BINS or n.max() < MIN_SPAN * n.min():
+    keys, (n, r), t, counts = _binned([tokens, requests], seconds)
+    if len(np.unique(keys[:, 0])) < MIN_BINS or n.max() < MIN_SPAN * n.min():
         return (f"{len(n)} token-count bins spanning {n.min():.0f}-{n.max():.0f} tokens"
                 if len(n) else "no token-count bin with enough steps")
     order = n.argsort(kind="stable")
@@ -103,25 +116,23 @@ def fit_step_cost(tokens: np.ndarray, seconds: np.ndarray,
     best: tuple[float, float, float, float, float] | None = None  # (error, F, a, b, c)
     for flat in range(0, len(n) - 1):  # the first ``flat`` bins on the floor, the rest on the line
         on_floor = np.arange(len(n)) < flat
-        # columns F, a, b, c: t = F + c·r on the floor, a + b·n + c·r on the line
-        design = np.stack([on_floor, ~on_floor, np.where(on_floor, 0.0, n), r], axis=1)
-        design = design[:, [flat > 0, True, True, True]].astype(np.float64)
-        for columns in (design, design[:, :-1]):  # with a part per request, then without
-            if np.linalg.matrix_rank(columns) < columns.shape[1]:
+        # t = F + c·r on the floor, a + b·n + c·r on the line; c dropped where it cannot be
+        # told from the rest or comes out negative (a request costs at least its token)
+        columns = {"F": on_floor * 1.0, "a": ~on_floor * 1.0, "b": np.where(on_floor, 0.0, n),
+                   "c": r}
+        if not flat:
+            del columns["F"]
+        fitted = _least_squares(columns, t, weight)
+        if fitted is None or fitted["c"] < 0:
+            del columns["c"]
+            fitted = _least_squares(columns, t, weight)
+            if fitted is None:
                 continue
-            solved = np.linalg.lstsq(columns * weight[:, None], t * weight, rcond=None)[0]
-            if columns.shape[1] == design.shape[1] and solved[-1] < 0:
-                continue  # a request costs at least nothing on top of its token
-            params = np.zeros(4)
-            params[[i for i, used in enumerate([flat > 0, True, True,
-                                                columns.shape[1] == design.shape[1]]) if used]] \
-                = solved
-            floor, a, b, c = params
-            model = c * r + np.maximum(floor, a + b * n)
-            error = float(np.median(np.abs(model - t) / t))
-            if best is None or error < best[0]:
-                best = (error, floor, a, b, c)
-            break
+        floor, a, b, c = (fitted.get(name, 0.0) for name in "Fabc")
+        model = c * r + np.maximum(floor, a + b * n)
+        error = float(np.median(np.abs(model - t) / t))
+        if best is None or error < best[0]:
+            best = (error, floor, a, b, c)
     if best is None:
         return "no fit of the bins"
     error, floor, a, b, c = best
@@ -140,14 +151,13 @@ def fit_step_cost(tokens: np.ndarray, seconds: np.ndarray,
 
 def fit_rest(requests: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
     """The rest of a step as ``fixed + per_request·B`` (seconds), through the per-batch-size
-    medians: one batch size gives its median and no part per request."""
-    requests = np.asarray(requests, dtype=np.float64)
+    medians: one batch size gives its median, a line that falls with the batch the medians'
+    mean, and no part per request."""
     seconds = np.asarray(seconds, dtype=np.float64)
-    (r,), t, counts = _binned([np.maximum(requests, 1)], seconds)
+    _, (r,), t, counts = _binned([np.asarray(requests, dtype=np.float64)], seconds)
     if len(r) < 2:
         return float(np.median(seconds)), 0.0
-    weight = np.sqrt(counts)
-    per_request, fixed = np.polyfit(r, t, 1, w=weight)
+    per_request, fixed = np.polyfit(r, t, 1, w=np.sqrt(counts))
     if per_request < 0:
         return float(np.average(t, weights=counts)), 0.0
     return max(0.0, float(fixed)), float(per_request)
@@ -204,8 +214,8 @@ class CostMeasurement:
             rests = np.array(self.rests, dtype=np.float64)
             found = found.with_rest(*fit_rest(rests[:, 0], rests[:, 1]))
         self.fits.append(found)
-        self.cost.knee_tokens, self.cost.floor_tokens = found.knee_tokens, found.floor_tokens
-        self.cost.per_request_tokens = found.per_request_tokens
+        self.cost.knee_tokens, self.cost.floor_tokens, self.cost.per_request_tokens = \
+            found.knee_tokens, found.floor_tokens, found.per_request_tokens
         per_request = (f"; each request adds {found.per_request_tokens:.2f} query tokens "
                        f"({found.rest_per_request_seconds * 1e3:.2f} ms of them besides the "
                        f"forward)" if found.per_request_tokens else "")
