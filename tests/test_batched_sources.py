@@ -7,7 +7,7 @@ import heapq
 
 import numpy as np
 
-from vllm_cllm.policies.acceptance import HALVE_AT, TokenAcceptance, _add_ones
+from vllm_cllm.policies.acceptance import HALVE_AT, TokenAcceptance, _add_ones, add_ones_scalar
 from vllm_cllm.policies.adaptive import best_candidate, best_candidates
 from vllm_cllm.policies.cost_model import draft_lengths, draft_lengths_grid, step_cost
 from vllm_cllm.sources.ngram import ngram_continuations, ngram_starts
@@ -68,6 +68,8 @@ def test_add_ones_adds_one_at_a_time():
         for _ in range(int(counts[j])):
             expected[j] += 1.0
     assert np.array_equal(_add_ones(start, counts), expected)
+    assert [add_ones_scalar(a, int(n)) for a, n in zip(start, counts, strict=True)] == \
+        expected.tolist()
 
 
 def _candidates(rng, vocab=6, k=6):

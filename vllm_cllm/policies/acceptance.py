@@ -23,6 +23,7 @@ so holds the same estimates.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from itertools import accumulate
 
@@ -212,9 +213,7 @@ def add_ones_scalar(value: float, count: int) -> float:
     direct = value + count
     if direct - count == value:  # no rounding on the way, as _add_ones decides
         return direct
-    for _ in range(count):
-        value += 1.0
-    return value
+    return _add_ones_binades(value, float(count))
 
 
 def add_cell_counts(trials: float, accepted: float, tried: list[int], won: list[int]
@@ -261,7 +260,8 @@ def _add_ones(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """``values`` with 1.0 added ``counts`` times, one addition at a time in floating point
     (what ``np.add.at`` does for repeated indices), without a loop per addition: additions
     that stay below the next power of two are exact, so each binade costs one addition of
-    many ones and one rounded addition that crosses into the next."""
+    many ones and one rounded addition that crosses into the next (:func:`_add_ones_binades`,
+    for the few values whose additions round: a prior such as 1.2 does)."""
     counts = np.asarray(counts, dtype=np.float64)
     direct = values + counts
     exact = direct - counts == values  # no rounding on the way (see the loop's argument)
@@ -269,18 +269,21 @@ def _add_ones(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
         return direct
     out = np.where(exact, direct, values)
     todo = np.flatnonzero(~exact)
-    if len(todo):
-        a, left = out.reshape(-1)[todo], counts.reshape(-1)[todo].copy()
-        while True:
-            going = left > 0
-            if not going.any():
-                break
-            _, exponent = np.frexp(a)
-            below = np.ceil(np.ldexp(1.0, exponent) - a) - 1  # ones that stay below 2**e
-            step = np.where(going, np.minimum(left, below), 0.0)
-            a, left = a + step, left - step
-            cross = left > 0
-            a = np.where(cross, a + 1.0, a)
-            left = np.where(cross, left - 1, left)
-        out.reshape(-1)[todo] = a
+    flat, left = out.reshape(-1), counts.reshape(-1)
+    flat[todo] = [_add_ones_binades(a, n)
+                  for a, n in zip(flat[todo].tolist(), left[todo].tolist(), strict=True)]
     return out
+
+
+def _add_ones_binades(value: float, count: float) -> float:
+    """``value`` with 1.0 added ``count`` times in turn, a binade at a time: the ones that
+    keep it below its next power of two add exactly at once, the one that crosses rounds."""
+    while count > 0:
+        _, exponent = math.frexp(value)
+        below = float(math.ceil(math.ldexp(1.0, exponent) - value)) - 1  # stay below 2**e
+        step = min(count, below)
+        value, count = value + step, count - step
+        if count > 0:
+            value += 1.0
+            count -= 1
+    return value
