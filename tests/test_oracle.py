@@ -55,6 +55,17 @@ def test_the_oracle_drafts_each_steps_best_candidate():
     assert fields["oracle_gap_undrafted"] == pytest.approx(2 / 3)
 
 
+def test_calibration_is_the_accepted_draft_tokens_over_the_expected_ones():
+    log = _one_request_log()
+    assert oracle_fields(log, ["measure-a"], [PROMPT], [OUTPUT], [4])[
+        "acceptance_calibration"] is None  # no expectations logged (fixed k)
+    # step 1's draft [11] is accepted (1 token); step 3's [14, 15, 16] has 1 token left to
+    # be accepted (the output ends): 2 accepted where 0.5 + 3.5 were expected
+    log[0]["requests"][0]["expected"], log[2]["requests"][0]["expected"] = 0.5, 3.5
+    fields = oracle_fields(log, ["measure-a"], [PROMPT], [OUTPUT], [4])
+    assert fields["acceptance_calibration"] == pytest.approx(2 / 4)
+
+
 def test_a_step_left_unlogged_keeps_its_own_tokens():
     log = [line for line in _one_request_log() if line["step"] != 2]
     fields = oracle_fields(log, ["measure-a"], [PROMPT], [OUTPUT], [4])
@@ -161,6 +172,14 @@ def test_the_candidate_log_leaves_every_draft_as_it_was(tmp_path, monkeypatch, b
     assert fields["oracle_tpf"] - tpf == pytest.approx(
         fields["oracle_gap_selection"] + fields["oracle_gap_sizing"]
         + fields["oracle_gap_undrafted"])
+    # the adaptive policy logs what it expected of each draft: a share of its tokens
+    drafted = [r for line in lines for r in line["requests"] if r["drafted"]]
+    if adaptive:
+        assert all(0 < r["expected"] <= len(r["drafted"]) for r in drafted)
+        assert 0 < fields["acceptance_calibration"]
+    else:
+        assert not any("expected" in r for r in drafted)
+        assert fields["acceptance_calibration"] is None
 
 
 def test_the_policies_of_one_step_share_its_number(tmp_path):

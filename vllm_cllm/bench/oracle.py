@@ -25,7 +25,9 @@ tokens per verify step over the cost-model oracle (over the full-length one wher
 priced the steps: ``jacobi fixed``). ``oracle_gap_*`` split the full-length oracle's lead
 over the row into selection (the best candidate at full length over the drafted one at full
 length), sizing (the drafted candidate at full length over what was drafted) and undrafted
-(steps that drafted nothing), in tokens per verify step.
+(steps that drafted nothing), in tokens per verify step. ``acceptance_calibration`` is the
+draft tokens accepted over those the policy expected accepted when it drafted them (the sum
+of its values, :mod:`vllm_cllm.policies.acceptance`): below 1 its estimates run high.
 
 The oracle is taken at the steps the row took, not along a path another policy could follow:
 a row that drafts little steps on every position and meets a long acceptable run once per
@@ -47,7 +49,7 @@ from vllm_cllm.policies.cost_model import SPEC_STEP_OVERHEAD_PER_REQUEST, step_c
 #: The row fields this module adds (None where the row has no candidate log).
 ORACLE_FIELDS = ("oracle_tpf", "oracle_cost_tpf", "selection_efficiency", "oracle_coverage",
                  "oracle_chain_breaks", "oracle_gap_selection", "oracle_gap_sizing",
-                 "oracle_gap_undrafted")
+                 "oracle_gap_undrafted", "acceptance_calibration")
 
 
 def read_log(path: str, start: int = 0) -> list[dict[str, Any]]:
@@ -101,6 +103,7 @@ def oracle_fields(records: list[dict[str, Any]], ids: Sequence[str],
         for request in line["requests"]:
             by_step[line["step"]].append((line, request))
     priced_any = False
+    expected = realized = 0.0  # the drafted tokens the policy expected accepted, and were
     for pairs in by_step.values():
         entries = []
         for line, request in pairs:
@@ -119,6 +122,8 @@ def oracle_fields(records: list[dict[str, Any]], ids: Sequence[str],
             actual = _prefix(drafted, output, position, most)
             whole = max((a for name, a in accepted.items() if drafted and
                          request["candidates"][name][:len(drafted)] == drafted), default=actual)
+            if drafted and request.get("expected") is not None:
+                expected, realized = expected + request["expected"], realized + actual
             entry = [best, actual, whole, best, line["knee"] is not None, not drafted]
             found[rid][position] = entry
             entries.append((entry, line))
@@ -161,7 +166,8 @@ def oracle_fields(records: list[dict[str, Any]], ids: Sequence[str],
             "oracle_coverage": recorded / decode_steps, "oracle_chain_breaks": breaks,
             "oracle_gap_selection": selection / decode_steps,
             "oracle_gap_sizing": sizing / decode_steps,
-            "oracle_gap_undrafted": undrafted / decode_steps}
+            "oracle_gap_undrafted": undrafted / decode_steps,
+            "acceptance_calibration": realized / expected if expected else None}
 
 
 def oracle_of_log(path: str, start: int, ids: Sequence[str],

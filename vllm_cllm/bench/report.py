@@ -75,14 +75,15 @@ def markdown(rows: list[dict[str, Any]], header: dict[str, Any]) -> str:
                          f"{r['oracle_tpf']:.2f} ({r['selection_efficiency']:.2f})")]
     lines += ["", "| model | method | dataset | batch | tokens/verify step | tokens/step (with "
               "prefill) | accept. length (vLLM) | oracle (cost model) | oracle (full length) "
-              "| selection eff. | tokens/s | speed-up | identical |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| selection eff. | accepted / expected | tokens/s | speed-up | identical |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['method']} | {r['dataset']} | {r['batch_size']} | "
                      f"{r['tpf']:.2f} | {r['tokens_per_step']:.2f} | "
                      f"{r['vllm_acceptance_length']:.2f} | "
                      f"{_number(r.get('oracle_cost_tpf'))} | {_number(r.get('oracle_tpf'))} | "
                      f"{_number(r.get('selection_efficiency'))} | "
+                     f"{_number(r.get('acceptance_calibration'))} | "
                      f"{r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['identical']} |")
     return "\n".join(lines) + "\n"
 

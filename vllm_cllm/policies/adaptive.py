@@ -412,7 +412,9 @@ class Adaptive:
         if self.recorder is not None:
             candidates = {name: [grid[j, s, :found[j, s]] for j in range(len(rows))]
                           for s, name in enumerate(self.names)}
-            self._record(step, rows, candidates, drafts, restarts, drawn)
+            expected = {j: float(values[j, s, :len(drafts[j])].sum()) for j, s in
+                        zip(chosen.tolist(), slot.tolist(), strict=True) if len(drafts[j])}
+            self._record(step, rows, candidates, drafts, restarts, drawn, expected)
         return drafts
 
     def _draft_small(self, step: VerifyStep, rows: Sequence[int],
@@ -485,7 +487,9 @@ class Adaptive:
             if n and j not in restarts:
                 drafts[j] = candidates[names[s]][j][:n]
         if self.recorder is not None:
-            self._record(step, rows, candidates, drafts, restarts, drawn)
+            expected = {j: float(sum(values[:len(drafts[j])])) for j, _, values in chosen
+                        if len(drafts[j])}
+            self._record(step, rows, candidates, drafts, restarts, drawn, expected)
         return drafts
 
     def _levels(self, sources: Mapping[str, DraftSource], states: Sequence[RequestState]
@@ -525,12 +529,14 @@ class Adaptive:
         return cells
 
     def _record(self, step: VerifyStep, rows: Sequence[int], candidates: Mapping[str, list],
-                drafts: list[np.ndarray], restarts: list[int], drawn: list[np.ndarray]) -> None:
-        """Log the step's candidates, the restart blocks drawn among them (``recorder``)."""
+                drafts: list[np.ndarray], restarts: list[int], drawn: list[np.ndarray],
+                expected: Mapping[int, float]) -> None:
+        """Log the step's candidates, the restart blocks drawn among them and each draft's
+        expected accepted tokens (``recorder``)."""
         assert self.recorder is not None
         self.recorder.record(step, rows, candidates, drafts,
                              self.cost.at(len(step)),
-                             dict(zip(restarts, drawn, strict=True)), self.restart)
+                             dict(zip(restarts, drawn, strict=True)), self.restart, expected)
 
 def _sized_small(step: VerifyStep, rows: Sequence[int], lengths: list[int],
                  chosen: list[tuple[int, int, list[float]]], knee: float, floor: float,

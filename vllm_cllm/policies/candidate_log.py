@@ -28,7 +28,8 @@ CANDIDATE_LOG_ENV = "VLLM_CLLM_CANDIDATE_LOG"
 class CandidateLog:
     """Appends each step's candidates to ``path``: one line per step and policy,
     ``{"step", "batch", "knee", "floor", "requests": [{"id", "num_tokens", "room",
-    "candidates": {name: tokens}, "drafted"}]}``. ``step`` counts the verify steps this log
+    "candidates": {name: tokens}, "drafted", "expected"}]}`` (``expected``: the drafted tokens
+    the policy expected accepted, where it values them). ``step`` counts the verify steps this log
     saw (the policies of one step share it); ``batch`` is the step's batch size; ``knee`` and
     ``floor`` the cost model the policy priced with (None: it has none). Each line is flushed,
     so a reader sees every finished step."""
@@ -48,10 +49,12 @@ class CandidateLog:
     def record(self, step: VerifyStep, rows: Sequence[int],
                candidates: Mapping[str, Sequence[np.ndarray]], drafts: Sequence[np.ndarray],
                cost: tuple[float, float] | None = None,
-               extra: Mapping[int, np.ndarray] | None = None, extra_name: str = "") -> None:
+               extra: Mapping[int, np.ndarray] | None = None, extra_name: str = "",
+               expected: Mapping[int, float] | None = None) -> None:
         """One policy's requests ``rows`` of ``step``: ``candidates[name][j]`` is request
         ``rows[j]``'s candidate, ``drafts[j]`` its draft; ``extra[j]`` (named ``extra_name``)
-        a candidate only some requests had (the restart blocks that were drawn)."""
+        a candidate only some requests had (the restart blocks that were drawn);
+        ``expected[j]`` how many of its draft's tokens the policy expected accepted."""
         if self._last() is not step:
             self._last, self.steps = weakref.ref(step), self.steps + 1
         requests = []
@@ -59,9 +62,12 @@ class CandidateLog:
             mine = {name: tokens[j].tolist() for name, tokens in candidates.items()}
             if extra is not None and j in extra:
                 mine[extra_name] = extra[j].tolist()
-            requests.append({"id": step.req_ids[i], "num_tokens": int(step.num_tokens[i]),
-                             "room": int(step.rooms[i]), "candidates": mine,
-                             "drafted": np.asarray(drafts[j]).tolist()})
+            request = {"id": step.req_ids[i], "num_tokens": int(step.num_tokens[i]),
+                       "room": int(step.rooms[i]), "candidates": mine,
+                       "drafted": np.asarray(drafts[j]).tolist()}
+            if expected is not None and j in expected:
+                request["expected"] = expected[j]
+            requests.append(request)
         knee, floor = (float(cost[0]), float(cost[1])) if cost is not None else (None, None)
         self._file.write(json.dumps({"step": self.steps, "batch": len(step), "knee": knee,
                                      "floor": floor, "requests": requests}) + "\n")
