@@ -133,3 +133,43 @@ def test_the_jacobi_proposer_keeps_all_request_state_in_one_table():
     assert proposer.tracked_requests() == {"r1"}
     proposer.retain_requests(set())
     assert proposer.tracked_requests() == set()
+
+
+def _period_drafts(batch: int, adaptive: Adaptive, steps: int = 12) -> list[int]:
+    """Requests of ``batch`` on text of period 4 drafted by ``adaptive`` (every guess of the
+    toy source accepted): each step's draft tokens."""
+    from vllm_cllm.core.tokens import matched_prefix
+
+    drafter = Drafter([Period(4), JacobiTail(), RestartBlock(0)], [adaptive])
+    text, length = [3, 4, 5, 6] * 30, 8
+    drafts, made = [np.empty(0, np.int64)] * batch, []
+    for _ in range(steps):
+        rows = [text[length:length + len(d) + 1] for d in drafts]
+        hit = matched_prefix(drafts[0], rows[0][:len(drafts[0])])
+        length += hit + 1
+        drafts = drafter.propose(step([text[:length]] * batch, [row[:hit + 1] for row in rows],
+                                      rows, rooms=4, req_ids=[f"r{i}" for i in range(batch)]))
+        made.append(sum(len(d) for d in drafts))
+    return made
+
+
+@pytest.mark.parametrize("batch", [4, 8])  # the small step's path and the grid's
+def test_drafts_shrink_where_the_table_expected_more_than_was_accepted(batch):
+    """The same text and cost model, once with a calibration that saw the drafts of steps of
+    5-16 requests accepted far less than the table expected: those steps draft less, the
+    others as before; and the calibration follows what the drafts then bring."""
+    runs = []
+    for primed in (False, True):
+        adaptive = Adaptive(["period", "tail"], CostModel(1, 0, 1.0), token_margin=0.3)
+        if primed:
+            adaptive.calibration.add(adaptive.calibration.bucket(8), expected=100.0,
+                                     accepted=10)
+        runs.append(_period_drafts(batch, adaptive))
+        if primed:
+            factor = adaptive.calibration.factor(8)
+    plain, primed_run = runs
+    if batch == 8:
+        assert sum(primed_run) < sum(plain)
+        assert factor > 18 / 108  # every draft since was accepted whole
+    else:
+        assert primed_run == plain
