@@ -19,9 +19,7 @@ question with ``suffix`` on the CLLM demo itself; ``tuned-suffix-b1`` — the sa
 with adaptive k against no speculation, where adaptive k drafts little or nothing;
 ``cost-model`` (``cost-model-base``) — the adaptive rule's default cost model against the
 earlier fit, on the CLLM demo (the base model); ``token-margin`` — adaptive k at the default
-``token_margin_pct`` against 0 % and 60 %, on the CLLM demo; ``calibration``
-(``calibration-base``) — adaptive k with its calibrated estimates (the default) against
-``calibrate: false``, on the CLLM demo (the base model); ``both-models`` — adaptive k
+``token_margin_pct`` against 0 % and 60 %, on the CLLM demo; ``both-models`` — adaptive k
 against no speculation on the base model and the CLLM demo.
 """
 
@@ -68,8 +66,6 @@ def adaptive_variants(model: str, variants: dict[str, dict[str, Any]]) -> Config
 EARLIER_FIT = {"knee=16 floor=25": {"knee_tokens": 16, "floor_tokens": 25}}
 #: The default per-token margin (``token_margin_pct``) against others.
 MARGINS = {f"margin={m}%": {"token_margin_pct": m} for m in (0, 60)}
-#: The acceptance estimates calibrated per range of batch sizes (the default) or not.
-UNCALIBRATED = {"calibrate=off": {"calibrate": False}}
 
 
 PRESETS: dict[str, Configs] = {
@@ -91,8 +87,6 @@ PRESETS: dict[str, Configs] = {
     "cost-model": adaptive_variants("cllm", EARLIER_FIT),
     "cost-model-base": adaptive_variants("base", EARLIER_FIT),  # the refit drafts at batch 16
     "token-margin": adaptive_variants("cllm", MARGINS),
-    "calibration": adaptive_variants("cllm", UNCALIBRATED),
-    "calibration-base": adaptive_variants("base", UNCALIBRATED),
     "zero-draft": adaptive_variants("cllm", {}),
     "both-models": {**adaptive_variants("base", {}), **adaptive_variants("cllm", {})},
 }

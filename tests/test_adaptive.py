@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import itertools
 
-import pytest
-
 from vllm_cllm.policies.cost_model import (
     SPEC_STEP_OVERHEAD_PER_REQUEST,
     CostModel,
@@ -108,25 +106,3 @@ def test_what_a_request_costs_raises_knee_and_floor_with_the_batch():
 def test_step_cost_is_flat_below_the_floor_and_linear_above():
     assert step_cost(1, 24, 28) == step_cost(4, 24, 28) == 28  # extra query tokens come free
     assert step_cost(16, 24, 28) - step_cost(15, 24, 28) == 1  # then each costs one unit
-
-
-def test_the_calibration_is_accepted_over_expected_per_range_of_batch_sizes():
-    from vllm_cllm.policies.acceptance import (
-        CALIBRATION_RANGE,
-        Calibration,
-    )
-
-    calibration = Calibration()
-    assert [calibration.bucket(b) for b in (1, 2, 4, 5, 16, 17, 64, 65, 4096)] == \
-        [0, 1, 1, 2, 2, 3, 3, 4, 4]
-    assert calibration.factor(16) == 1.0  # the prior: as expected
-    calibration.add(calibration.bucket(16), expected=24.0, accepted=8)
-    assert calibration.factor(16) == pytest.approx(16 / 32)
-    assert calibration.factor(4) == 1.0 and calibration.factor(64) == 1.0  # others untouched
-    calibration.add(calibration.bucket(16), expected=1000.0, accepted=0)
-    assert calibration.factor(16) == CALIBRATION_RANGE[0]
-    # past CALIBRATION_HALVE_AT both sums are halved: recent drafts weigh more
-    assert calibration.expected[2] == pytest.approx((32 + 1000) / 2)
-    assert calibration.accepted[2] == pytest.approx(16 / 2)
-    calibration.add(calibration.bucket(1), expected=4.0, accepted=12)
-    assert calibration.factor(1) == CALIBRATION_RANGE[1]

@@ -183,14 +183,6 @@ OPTIONS: tuple[Option, ...] = (
            doc="Each draft token's expected yield counts `1 / (1 + margin)` of its estimate, "
                "so where a token costs time it is drafted only if it beats its cost by that "
                "much."),
-    Option("calibrate", bool, ("jacobi",), default=True, only={"jacobi": _ADAPTIVE},
-           meaning="scale the acceptance estimates by how far they held for the drafts of "
-                   "steps of about this batch size",
-           doc="Drafts are kept where their estimates are highest, so at a high bar (a large "
-               "batch above the floor) the kept ones run high; each range of batch sizes "
-               "(1, 2-4, 5-16, 17-64, more) scales its estimates by the draft tokens accepted "
-               "over those expected (0.25-1), from what vLLM committed (the same on every "
-               "rank)."),
     Option("ngram_min", int, ("jacobi", "space"), low=1, high=64, default=2,
            meaning="shortest n-gram looked up in the request's own tokens",
            doc="The request's n-grams are looked up longest first, `ngram_max` down to "
@@ -255,7 +247,6 @@ class ProposerOptions:
     knee_tokens: int
     floor_tokens: int
     token_margin_pct: int
-    calibrate: bool
     pool_size: int
     history_size: int
     lookup: str

@@ -52,8 +52,7 @@ def jacobi_drafter(options: ProposerOptions, max_model_len: int) -> Drafter:
     name = lookup.names[0]
     cost = CostModel(options.knee_tokens, options.floor_tokens)
     policies = [FixedOrder(["ngram", name, "pool", "block"], optional=["pool"]),
-                Adaptive([name, "ngram", "tail"], cost, options.token_margin_pct / 100,
-                         calibrate=options.calibrate),
+                Adaptive([name, "ngram", "tail"], cost, options.token_margin_pct / 100),
                 as_is]
 
     def route(step: VerifyStep, rows: list[int]) -> list[int] | int:

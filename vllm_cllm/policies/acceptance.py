@@ -24,7 +24,7 @@ so holds the same estimates.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from itertools import accumulate
 
 import numpy as np
@@ -47,63 +47,6 @@ PRIOR_TRIALS, PRIOR_RATE = 4.0, 0.3
 #: A cell's counts are halved once it has seen this many tokens, so that recent evidence
 #: weighs more: the table follows a change of workload within a few hundred tokens per cell.
 HALVE_AT = 512.0
-
-#: Batch sizes from which a step's drafts are calibrated apart (1, 2-4, 5-16, 17-64, 65 up):
-#: the more a step asks of a token before drafting it, the more the tokens it drafts are
-#: those whose estimates run high.
-CALIBRATION_BATCHES = (1, 2, 5, 17, 65)
-#: The calibration's prior (as many draft tokens accepted as expected, weighing this many), its
-#: halving (as the table's), the range of its factor and the share of the way back to the
-#: prior each step goes (so that steps that stopped drafting on a low factor draft again,
-#: over some hundreds of steps, and find out anew).
-CALIBRATION_PRIOR, CALIBRATION_HALVE_AT = 8.0, 512.0
-CALIBRATION_RANGE = (0.25, 1.0)
-CALIBRATION_RETURN = 1 / 256
-
-
-class Calibration:
-    """How many of its draft tokens the policy expected accepted (the sums of their values)
-    against how many were, per range of batch sizes (:data:`CALIBRATION_BATCHES`): the
-    factor its values are scaled by at that batch size (1 where ``scales`` is off: option
-    ``calibrate``). Every count comes from what vLLM committed, so every tensor-parallel
-    rank keeps the same factors."""
-
-    def __init__(self, scales: bool = True) -> None:
-        self.expected = np.full(len(CALIBRATION_BATCHES), CALIBRATION_PRIOR)
-        self.accepted = self.expected.copy()
-        self.scales = scales  # False: counted, but every factor is 1
-
-    @staticmethod
-    def bucket(batch: int) -> int:
-        """The range of batch sizes ``batch`` falls in."""
-        return bisect_right(CALIBRATION_BATCHES, batch) - 1
-
-    def factor(self, batch: int) -> float:
-        """Accepted over expected draft tokens at ``batch``, within :data:`CALIBRATION_RANGE`."""
-        if not self.scales:
-            return 1.0
-        b = self.bucket(batch)
-        low, high = CALIBRATION_RANGE
-        return min(high, max(low, float(self.accepted[b] / self.expected[b])))
-
-    def step(self, batch: int) -> int:
-        """A step of ``batch`` requests: its range of batch sizes goes a little way back to
-        the prior; that range."""
-        b = self.bucket(batch)
-        keep = 1.0 - CALIBRATION_RETURN
-        self.expected[b] = self.expected[b] * keep + CALIBRATION_PRIOR * CALIBRATION_RETURN
-        self.accepted[b] = self.accepted[b] * keep + CALIBRATION_PRIOR * CALIBRATION_RETURN
-        return b
-
-    def add(self, bucket: int, expected: float, accepted: int) -> None:
-        """A draft of a step in ``bucket`` that was expected to have ``expected`` tokens
-        accepted had ``accepted``."""
-        self.expected[bucket] += expected
-        self.accepted[bucket] += accepted
-        if self.expected[bucket] > CALIBRATION_HALVE_AT:
-            self.expected[bucket] /= 2
-            self.accepted[bucket] /= 2
-
 
 #: Per candidate: its source's row, each token's position and vote cells, the outcome cell.
 Cells = dict[str, tuple[int, np.ndarray, np.ndarray, int]]

@@ -31,7 +31,6 @@ from vllm_cllm.policies.acceptance import (
     MAX_VOTES,
     MISSED,
     UNDRAFTED,
-    Calibration,
     TokenAcceptance,
     add_ones_scalar,
 )
@@ -112,10 +111,6 @@ class Outcome:
     #: candidates of a step in which the request drafted nothing, kept until the tokens it
     #: commits afterwards decide every one of them (:class:`Shadow`)
     shadow: Shadow | None = None
-    #: of its last draft: the tokens the table expected accepted (before calibration; 0: no
-    #: draft) and its step's range of batch sizes (:class:`Calibration`)
-    expected: float = 0.0
-    bucket: int = 0
 
 
 @dataclass
@@ -157,14 +152,12 @@ class Adaptive:
     part = "adaptive"
 
     def __init__(self, names: Sequence[str], cost: CostModel, token_margin: float,
-                 tail: str = "tail", restart: str = "restart", calibrate: bool = True) -> None:
+                 tail: str = "tail", restart: str = "restart") -> None:
         self.names = tuple(names)
         self.tail, self.restart = tail, restart
         self.cost, self.token_margin = cost, token_margin
         #: how often each kind of candidate token gets accepted
         self.acceptance = TokenAcceptance(self.names)
-        #: how far the table's expectations of drafted tokens held, per range of batch sizes
-        self.calibration = Calibration(scales=calibrate)
         self._rows = np.array([self.acceptance.sources.index(n) for n in self.names])
         self._tail = self.names.index(self.tail)
         self._row_list: list[int] = self._rows.tolist()
@@ -190,10 +183,6 @@ class Adaptive:
             outcome = state.parts.get(part)
             if state.last_drafted:
                 previous = HIT if len(committed[i]) > 1 else MISSED
-                if outcome is not None and outcome.expected:
-                    self.calibration.add(outcome.bucket, outcome.expected,
-                                         min(len(committed[i]) - 1, state.last_drafted))
-                    outcome.expected = 0.0
             else:
                 previous = UNDRAFTED
                 undrafted.add(i)
@@ -365,7 +354,6 @@ class Adaptive:
     def draft(self, step: VerifyStep, rows: Sequence[int], states: Sequence[RequestState],
               sources: Mapping[str, DraftSource]) -> list[np.ndarray]:
         outcomes = self.observe(step, rows, states)
-        self.calibration.step(len(step))
         knee, floor = self.cost.at(len(step))
         if len(rows) <= SMALL_STEP:
             return self._draft_small(step, rows, states, outcomes, sources)
@@ -395,8 +383,7 @@ class Adaptive:
         for r, outcome in enumerate(outcomes):
             outcome.batch, outcome.row = kept, r
             outcome.small = None
-        raw = self.acceptance.grid_values(cells)
-        values = raw * self.calibration.factor(len(step))
+        values = self.acceptance.grid_values(cells)
         best = best_candidates(values, sizes, knee, floor, self.token_margin)
         # the chosen candidates sized together; the rest of the step counts in the batch
         chosen = (best >= 0).nonzero()[0]
@@ -407,15 +394,9 @@ class Adaptive:
         drafts = [EMPTY] * len(rows)
         restarts: list[int] = []  # restart blocks: drawn for the requests that draft them
         restart_sizes: list[int] = []
-        # what the table expects of each draft, for the calibration (running sums, as the
-        # small step sums them)
-        expected = raw[chosen, slot].cumsum(axis=1).tolist() if sized.any() else []
-        bucket = self.calibration.bucket(len(step))
-        for c, (j, s, n) in enumerate(zip(chosen.tolist(), slot.tolist(), sized.tolist(),
-                                          strict=True)):
+        for j, s, n in zip(chosen.tolist(), slot.tolist(), sized.tolist(), strict=True):
             if not n:
                 continue
-            outcomes[j].expected, outcomes[j].bucket = expected[c][n - 1], bucket
             if s == self._tail and no_tail[j]:
                 restarts.append(j)
                 restart_sizes.append(n)
@@ -455,9 +436,7 @@ class Adaptive:
                  for d in range(1, width + 1)]
         plain = 1.0 / step_cost(1, knee, floor)
         margin = 1 + self.token_margin
-        factor = self.calibration.factor(len(step))
         chosen: list[tuple[int, int, list[float]]] = []  # (j, slot, values up to its cap)
-        raws: dict[int, list[float]] = {}  # the chosen values before calibration
         levels = {s: (level.tolist(), backed.tolist())
                   for s, (level, backed) in self._levels(sources, states).items()}
         for j, outcome in enumerate(outcomes):
@@ -472,7 +451,7 @@ class Adaptive:
             previous = outcome.previous
             outcome.small, outcome.cell_previous = (tokens, marks), previous
             outcome.batch = None
-            best, best_rate, best_values, best_raw = -1, plain, None, []
+            best, best_rate, best_values = -1, plain, None
             for s, row in enumerate(self._row_list):
                 mine, cell_previous = marks[s], previous
                 if s == tail and not tokens[s]:  # a restart block, valued as the tail
@@ -480,27 +459,19 @@ class Adaptive:
                     cell_previous = MISSED
                 if not mine:
                     continue
-                values, raw, value, total, rate = [], [], 1.0, 0.0, -np.inf
+                values, value, total, rate = [], 1.0, 0.0, -np.inf
                 for p, vote in enumerate(mine):
                     value *= rates[((row * positions + min(p, last)) * num_votes + vote)
                                    * num_previous + cell_previous]
-                    raw.append(value)
-                    values.append(value * factor)
-                    total += value * factor
+                    values.append(value)
+                    total += value
                     rate = max(rate, (1 + total / margin) / costs[p])
                 if rate > best_rate:
-                    best, best_rate, best_values, best_raw = s, rate, values, raw
+                    best, best_rate, best_values = s, rate, values
             if best >= 0:
                 assert best_values is not None
                 chosen.append((j, best, best_values))
-                raws[j] = best_raw
         sized = _sized_small(step, rows, lengths, chosen, knee, floor, self.token_margin)
-        bucket = self.calibration.bucket(len(step))
-        for j, n in sized.items():
-            total = 0.0
-            for value in raws[j][:n]:  # a running sum, as the grid's cumsum
-                total += value
-            outcomes[j].expected, outcomes[j].bucket = total, bucket
         drafts = [EMPTY] * len(rows)
         restarts = [j for j, s, _ in chosen if s == tail and not len(candidates[names[tail]][j])
                     and sized.get(j)]
