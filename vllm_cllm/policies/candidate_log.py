@@ -28,11 +28,11 @@ CANDIDATE_LOG_ENV = "VLLM_CLLM_CANDIDATE_LOG"
 class CandidateLog:
     """Appends each step's candidates to ``path``: one line per step and policy,
     ``{"step", "batch", "knee", "floor", "requests": [{"id", "num_tokens", "room",
-    "candidates": {name: tokens}, "drafted", "expected"}]}`` (``expected``: the drafted tokens
-    the policy expected accepted, where it values them). ``step`` counts the verify steps this log
-    saw (the policies of one step share it); ``batch`` is the step's batch size; ``knee`` and
-    ``floor`` the cost model the policy priced with (None: it has none). Each line is flushed,
-    so a reader sees every finished step."""
+    "candidates": {name: tokens}, "drafted", "expected"}]}`` (``expected``: how many drafted
+    tokens the policy expected accepted, where it values them). ``step`` counts the verify
+    steps this log saw (the policies of one step share it); ``batch`` is the step's batch
+    size; ``knee`` and ``floor`` the cost model the policy priced with (None: it has none).
+    Each line is flushed, so a reader sees every finished step."""
 
     def __init__(self, path: str) -> None:
         self.path = path
