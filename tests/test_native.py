@@ -118,12 +118,9 @@ def test_choosing_matches_numpy_to_the_bit():
         level = _Levels(rng.integers(0, 4, rows), rng.integers(0, k + 1, rows))
         sources = {"suffix": level if trial % 2 else SimpleNamespace(), "ngram": None,
                    "tail": None}
-        states = [None] * rows
-        expected = policy._choose(step, grid, sizes.copy(), previous, None, rooms, sources,
-                                  states)
-        got_sizes = sizes.copy()
-        got = policy._choose_native(step, grid, got_sizes, previous, None, rooms, sources,
-                                    states)
+        levels = policy._level_table(sources, [None] * rows, rows)
+        expected = policy._choose(step, grid, sizes.copy(), previous, None, rooms, *levels)
+        got = policy._choose_native(step, grid, sizes.copy(), previous, None, rooms, *levels)
         for mine, theirs in zip(got, expected, strict=True):
             assert mine.dtype == theirs.dtype and np.array_equal(mine, theirs)
 

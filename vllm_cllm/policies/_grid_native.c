@@ -4,7 +4,7 @@
  * Each function does, in one pass, what vllm_cllm/policies/acceptance.py and
  * vllm_cllm/policies/adaptive.py do in numpy (grid_cells, grid_values, best_candidates,
  * draft_lengths_grid, observe_grid), with the same floating-point operations in the same order,
- * so that the results are the same to the last bit (tests/test_grid_native.py compares them).
+ * so that the results are the same to the last bit (tests/test_native.py compares them).
  * Built with -ffp-contract=off: a fused multiply-add would round differently.
  *
  * Arrays come as C-contiguous buffers (numpy arrays): int64 for tokens, cells, sizes and
@@ -207,6 +207,18 @@ done:
     return result;
 }
 
+/* How many leading tokens of a candidate `g` (K wide, -1 past it) the committed tokens `kn`
+ * (-2 past them, `num_known` long) reveal: up to and including its first miss; `*hits` of
+ * them accepted. */
+static Py_ssize_t revealed(const int64_t *g, const int64_t *kn, Py_ssize_t K,
+                           int64_t num_known, Py_ssize_t *hits) {
+    Py_ssize_t length = 0, h = 0;
+    while (length < K && g[length] >= 0) length++;
+    while (h < K && g[h] == kn[h]) h++;
+    *hits = h;
+    return h + (h < (length < num_known ? length : num_known));
+}
+
 /* count(counts, cells, grid, known, num_known, R, S, K, halve_at)
  *
  * TokenAcceptance.observe_grid: for each request in order, each candidate's tokens up to and
@@ -233,12 +245,8 @@ static PyObject *count(PyObject *self, PyObject *args) {
     for (Py_ssize_t r = 0; r < R; r++) {
         const int64_t *kn = known + r * K;
         for (Py_ssize_t s = 0; s < S; s++) {
-            const int64_t *g = grid + (r * S + s) * K, *c = cells + (r * S + s) * K;
-            Py_ssize_t length = 0, hits = 0;
-            while (length < K && g[length] >= 0) length++;
-            while (hits < K && g[hits] == kn[hits]) hits++;
-            Py_ssize_t reach = length < num_known[r] ? length : num_known[r];
-            Py_ssize_t seen = hits + (hits < reach);
+            const int64_t *c = cells + (r * S + s) * K;
+            Py_ssize_t hits, seen = revealed(grid + (r * S + s) * K, kn, K, num_known[r], &hits);
             for (Py_ssize_t k = 0; k < seen; k++) {
                 if (c[k] < 0 || c[k] >= table) {
                     PyErr_SetString(PyExc_IndexError, "count: a cell outside the table");
@@ -248,10 +256,11 @@ static PyObject *count(PyObject *self, PyObject *args) {
                 if (k < hits) accepted[c[k]] += 1.0;
             }
         }
-        for (Py_ssize_t s = 0; s < S; s++) {  /* the cells this request touched */
-            const int64_t *c = cells + (r * S + s) * K, *g = grid + (r * S + s) * K;
-            for (Py_ssize_t k = 0; k < K && g[k] >= 0; k++) {
-                if (trials[c[k]] > halve_at) {
+        for (Py_ssize_t s = 0; s < S; s++) {  /* the cells this request counted */
+            const int64_t *c = cells + (r * S + s) * K;
+            Py_ssize_t hits, seen = revealed(grid + (r * S + s) * K, kn, K, num_known[r], &hits);
+            for (Py_ssize_t k = 0; k < seen; k++) {
+                if (trials[c[k]] > halve_at) {  /* halved once: back below halve_at */
                     trials[c[k]] /= 2;
                     accepted[c[k]] /= 2;
                 }

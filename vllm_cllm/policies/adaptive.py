@@ -364,12 +364,9 @@ class Adaptive:
         previous = np.fromiter((outcome.previous for outcome in outcomes), dtype=np.int64,
                                count=len(outcomes))
         no_tail = sizes[:, self._tail] == 0  # offered a restart block instead
-        if self.acceptance.native is not None:
-            cells, values, best, sized = self._choose_native(step, grid, sizes, previous,
-                                                             subset, rooms, sources, states)
-        else:
-            cells, values, best, sized = self._choose(step, grid, sizes, previous, subset,
-                                                      rooms, sources, states)
+        choose = self._choose_native if self.acceptance.native is not None else self._choose
+        cells, values, best, sized = choose(step, grid, sizes, previous, subset, rooms,
+                                            *self._level_table(sources, states, len(rows)))
         kept = (grid, cells)
         for r, outcome in enumerate(outcomes):
             outcome.batch, outcome.row = kept, r
@@ -402,19 +399,18 @@ class Adaptive:
 
     def _choose(self, step: VerifyStep, grid: np.ndarray, sizes: np.ndarray,
                 previous: np.ndarray, subset: np.ndarray | None, rooms: np.ndarray,
-                sources: Mapping[str, DraftSource], states: Sequence[RequestState]
+                level: np.ndarray | None, backed: np.ndarray | None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """A step's grid valued, chosen and sized in numpy: each token's cells [R, S, K], the
         candidates' values [R, S, K], each request's chosen slot [R] (-1: none) and its draft
         tokens [R]. A request without a tail (``sizes``' tail slot 0) is offered a restart
-        block of its room in that slot (its ``sizes`` entry is set)."""
+        block of its room in that slot (its ``sizes`` entry is set). ``level`` and ``backed``:
+        :meth:`_level_table`."""
         knee, floor = self.cost.at(len(step))
         width = grid.shape[2]
         levels = None
-        for s, (level, backed) in self._levels(sources, states).items():
-            if levels is None:
-                levels = np.zeros(grid.shape, dtype=np.int64)
-            levels[:, s] = np.where(_columns(width) < backed[:, None], level[:, None], 0)
+        if level is not None and backed is not None:
+            levels = np.where(_columns(width) < backed[:, :, None], level[:, :, None], 0)
         cells = self.acceptance.grid_cells(self._rows, grid, previous, levels)
         # a request without a tail is offered a restart block of its room, valued as the tail
         # it buys (drafted after a miss, agreeing with nothing); drawn only where chosen. Its
@@ -438,18 +434,12 @@ class Adaptive:
 
     def _choose_native(self, step: VerifyStep, grid: np.ndarray, sizes: np.ndarray,
                        previous: np.ndarray, subset: np.ndarray | None, rooms: np.ndarray,
-                       sources: Mapping[str, DraftSource], states: Sequence[RequestState]
+                       level: np.ndarray | None, backed: np.ndarray | None
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`_choose` in one call of the C module (``_grid_native.choose``): the same
         cells, values, choices and sizes, to the bit."""
         knee, floor = self.cost.at(len(step))
         num_rows, num_slots, width = grid.shape
-        level = backed = None
-        for s, (mine, at) in self._levels(sources, states).items():
-            if level is None:
-                level = np.zeros((num_rows, num_slots), dtype=np.int64)
-                backed = np.zeros((num_rows, num_slots), dtype=np.int64)
-            level[:, s], backed[:, s] = mine, at
         table = self.acceptance
         num_previous = table.trials.shape[-1]
         batch = len(step)
@@ -544,6 +534,21 @@ class Adaptive:
                         if len(drafts[j])}
             self._record(step, rows, candidates, drafts, restarts, drawn, expected)
         return drafts
+
+    def _level_table(self, sources: Mapping[str, DraftSource],
+                     states: Sequence[RequestState], num_rows: int
+                     ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """:meth:`_levels` as two [R, S] tables (each candidate's level and how many of its
+        leading tokens are at it, 0 for a slot whose source tells none); None where no
+        source tells."""
+        found = self._levels(sources, states)
+        if not found:
+            return None, None
+        level = np.zeros((num_rows, len(self.names)), dtype=np.int64)
+        backed = np.zeros((num_rows, len(self.names)), dtype=np.int64)
+        for s, (mine, at) in found.items():
+            level[:, s], backed[:, s] = mine, at
+        return level, backed
 
     def _levels(self, sources: Mapping[str, DraftSource], states: Sequence[RequestState]
                 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
