@@ -6,7 +6,7 @@ from setuptools import Extension, setup
 #: ``optional``). No fused multiply-adds: the C and numpy paths round alike, to the bit.
 NATIVE = [Extension(f"vllm_cllm.{name}", [f"vllm_cllm/{name.replace('.', '/')}.c"],
                     extra_compile_args=["-O2", "-ffp-contract=off"], optional=True)
-          for name in ("policies._grid_native", "sources._ngram_native")]
+          for name in ("core._tokens_native", "policies._grid_native", "sources._ngram_native")]
 
 #: vllm_cllm's subpackages, one job each (README, "Layout").
 SUBPACKAGES = ["core", "sources", "policies", "methods", "proposers", "kernels", "training",

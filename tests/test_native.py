@@ -1,6 +1,7 @@
-"""The host path's C modules (``policies/_grid_native.c``, ``sources/_ngram_native.c``) give
-exactly what their numpy / Python equivalents give: the same cells, values, choices, sizes and
-counts to the bit, the same n-gram spans, and so the same drafts."""
+"""The host path's C modules (``policies/_grid_native.c``, ``sources/_ngram_native.c``,
+``core/_tokens_native.c``) give exactly what their numpy / Python equivalents give: the same
+cells, values, choices, sizes and counts to the bit, the same n-gram spans, tails and token
+rows, and so the same drafts."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from test_batched_sources import NAMES, _candidates, _same_drafts_run
+from test_batched_sources import NAMES, _candidates, _random_step, _same_drafts_run
 
+from vllm_cllm.core import step as core_step
 from vllm_cllm.core.step import VerifyStep
 from vllm_cllm.policies import acceptance
 from vllm_cllm.policies.acceptance import HALVE_AT, TokenAcceptance
@@ -18,13 +20,15 @@ from vllm_cllm.policies.cost_model import CostModel
 from vllm_cllm.sources import ngram
 from vllm_cllm.sources.ngram import NgramFill, RequestNgrams, ngram_starts
 
-built = pytest.mark.skipif(acceptance._grid_native is None or ngram._ngram_native is None,
+built = pytest.mark.skipif(acceptance._grid_native is None or ngram._ngram_native is None
+                           or core_step._tokens_native is None,
                            reason="the C modules were not built (no compiler at install)")
 
 
 def test_the_install_builds_the_native_modules():
-    """./install.sh builds both (setup.py's optional extensions): without them every step
+    """./install.sh builds all three (setup.py's optional extensions): without them every step
     takes the slower numpy path, silently but for this test."""
+    from vllm_cllm.core import _tokens_native  # noqa: F401
     from vllm_cllm.policies import _grid_native  # noqa: F401
     from vllm_cllm.sources import _ngram_native  # noqa: F401
 
@@ -42,6 +46,7 @@ def test_the_native_path_drafts_what_numpy_drafts(monkeypatch, spec, batch, step
     native, left = run(spec, batch, steps, seed=11, churn=churn)
     monkeypatch.setattr(acceptance, "_grid_native", None)
     monkeypatch.setattr(ngram, "_ngram_native", None)
+    monkeypatch.setattr(VerifyStep, "native", None)
     numpy, _ = run(spec, batch, steps, seed=11, churn=churn)
     assert native == numpy and left == 0
     assert sum(len(d) for step in native for d in step) > steps  # it drafted
@@ -172,3 +177,52 @@ def test_the_native_ngram_search_finds_what_the_byte_search_finds():
                 assert int(found[name][j]) == len(want)
                 assert grid[j, s, :len(want)].tolist() == want
                 assert (grid[j, s, len(want):] == -1).all()
+
+
+@built
+def test_the_native_token_rows_are_the_numpy_ones(monkeypatch):
+    """VerifyStep.tails_into (host rows and the device's blocks, row subsets, tails longer
+    than the room) and committed_grid (commits longer than the grid) in C against numpy."""
+    rng = np.random.default_rng(14)
+    for trial in range(300):
+        batch = int(rng.integers(1, 14))
+        made = _random_step(rng, batch, device=trial % 2 == 0)
+        rows = sorted(rng.choice(batch, int(rng.integers(1, batch + 1)), replace=False).tolist())
+        lengths = rng.integers(0, 8, len(rows))
+        width = int(rng.integers(1, 9))
+        found = []
+        for native in (core_step._tokens_native, None):
+            monkeypatch.setattr(VerifyStep, "native", native)
+            into = np.full((len(rows), 8), -1, dtype=np.int64)
+            sizes = made.tails_into(rows, lengths, into)
+            found.append((into, sizes, *made.committed_grid(rows, width)))
+        for mine, theirs in zip(*found, strict=True):
+            assert mine.dtype == theirs.dtype and np.array_equal(mine, theirs)
+
+
+def test_the_suffix_levels_of_a_step_are_its_records():
+    """SuffixTrees.levels right after propose_into (the levels it kept as it looked up) is
+    what the requests' records say (the path for any other list of states)."""
+    from vllm_cllm.core.requests import RequestState
+    from vllm_cllm.sources.suffix_trees import SuffixTrees, suffix_tree_missing
+
+    if suffix_tree_missing():
+        pytest.skip(suffix_tree_missing())
+    rng = np.random.default_rng(15)
+    trees, table = SuffixTrees(max_cached=4), {}
+    checked = 0
+    for _ in range(60):
+        made = _random_step(rng, 8, vocab=3)
+        made.req_ids = [f"q{n}" for n in rng.permutation(10)[:8].tolist()]
+        rows = [i for i in range(8) if made.rooms[i] > 0]
+        if not rows:
+            continue
+        states = [table.setdefault(made.req_ids[i], RequestState()) for i in rows]
+        grid = np.full((len(rows), 1, 8), -1, dtype=np.int64)
+        trees.propose_into(made, rows, made.rooms[np.asarray(rows)], states,
+                           {"suffix": grid[:, 0]})
+        kept = trees.levels(states)
+        records = trees.levels(list(states))
+        assert all(np.array_equal(a, b) for a, b in zip(kept, records, strict=True))
+        checked += int(kept[0].any())
+    assert checked > 10

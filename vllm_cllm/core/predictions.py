@@ -11,6 +11,7 @@ are in host memory, taken as argmax rows and shifted on the host by :func:`shift
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -154,6 +155,6 @@ class PendingPredictions:
 
 
 def _offsets(num_rows_per_req: list[int]) -> np.ndarray:
-    offsets = np.zeros(len(num_rows_per_req) + 1, dtype=np.int64)
-    np.cumsum(num_rows_per_req, out=offsets[1:])
-    return offsets
+    """[B + 1] where each request's rows begin, and the end (a running sum from 0)."""
+    return np.fromiter(accumulate(num_rows_per_req, initial=0), dtype=np.int64,
+                       count=len(num_rows_per_req) + 1)

@@ -5,11 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from typing import Any, ClassVar
 
 import numpy as np
 
 from vllm_cllm.core.predictions import VerifyPredictions
 from vllm_cllm.core.tokens import EMPTY, write_spans
+
+try:  # the token rows in C (_tokens_native.c), built by setup.py where a compiler is
+    from vllm_cllm.core import _tokens_native
+except ImportError:
+    _tokens_native = None
 
 
 def every_row_in_order(rows: Sequence[int], count: int) -> bool:
@@ -38,6 +44,8 @@ class VerifyStep:
     predictions: VerifyPredictions | None
     #: [B] how many tokens each request committed this step (``len(committed[i])``)
     num_committed: np.ndarray = field(default=None)  # type: ignore[assignment]
+    #: the C module that writes token rows into grids (None: numpy; tests switch it)
+    native: ClassVar[Any] = _tokens_native
 
     def __post_init__(self) -> None:
         if self.num_committed is None:
@@ -59,7 +67,8 @@ class VerifyStep:
         # what fits before max_model_len, at most max_draft, and nothing in a partial prefill
         rooms = np.minimum(max_model_len - lengths, max_draft)
         np.maximum(rooms, 0, out=rooms)
-        rooms[num_committed == 0] = 0
+        if not num_committed.all():
+            rooms[num_committed == 0] = 0
         if greedy_ids and greedy_ids.issuperset(req_ids):  # the usual step: all greedy
             greedy = np.ones(batch, dtype=bool)
         else:
@@ -94,9 +103,13 @@ class VerifyStep:
         """The tokens requests ``rows`` committed this step, as a [len(rows), width] grid
         (-2, which no draft holds, past each request's tokens or its first ``width``), and
         how many each committed."""
-        counts = self.num_committed[rows]
         grid = np.empty((len(rows), width), dtype=np.int64)
         grid.fill(-2)
+        if self.native is not None and isinstance(self.committed, list):
+            counts = np.empty(len(rows), dtype=np.int64)
+            self.native.lists_into(grid, self.committed, rows, counts)
+            return grid, counts
+        counts = self.num_committed[rows]
         kept = np.minimum(counts, width)
         if kept.any():
             committed = self.committed
@@ -133,6 +146,14 @@ class VerifyStep:
         p = self.predictions
         if p is None:
             return np.zeros(len(rows), dtype=np.int64)
+        if self.native is not None and p.num_mask is None and _all_int64(
+                p.flat, p.offsets, self.num_committed, p.accepted, p.next_draft, p.next_len):
+            size = np.empty(len(rows), dtype=np.int64)
+            at = self.rows_index(rows)
+            self.native.tails_into(into, p.flat, p.offsets, self.num_committed,
+                                   np.ascontiguousarray(lengths, dtype=np.int64), at,
+                                   p.accepted, p.next_draft, p.next_len, size)
+            return size
         start, size, device = self._tail_spans(self.rows_index(rows), lengths)
         if device is None:
             write_spans(into, p.flat, start, size)
@@ -183,3 +204,8 @@ class VerifyStep:
         stop = np.minimum(begin + np.where(rejected, real + 1, size), end)
         stop = np.maximum(np.minimum(stop, start + lengths), start)
         return start, stop - start, device
+
+
+def _all_int64(*arrays: np.ndarray | None) -> bool:
+    """Whether every array given (None: absent) holds int64: what the C module reads."""
+    return all(a is None or a.dtype == np.int64 for a in arrays)

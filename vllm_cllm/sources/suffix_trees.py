@@ -125,6 +125,9 @@ class SuffixTrees:
         #: version 0.3 keeps them: a drafting request then calls them directly (the same
         #: calls in the same order, without the per-call checks and result copies)
         self._native = _native_trees(self.shared)
+        #: the levels of the step propose_into just looked up, with its states (what
+        #: :meth:`levels` is asked for next)
+        self._step_levels: tuple[Sequence[RequestState], list[int], list[int]] | None = None
 
     def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
                 states: Sequence[RequestState]) -> Candidates:
@@ -134,20 +137,30 @@ class SuffixTrees:
     def propose_into(self, step: VerifyStep, rows: Sequence[int], lengths: np.ndarray,
                      states: Sequence[RequestState], into: Mapping[str, np.ndarray]
                      ) -> dict[str, np.ndarray]:
-        drafts = self._drafts(step, rows, lengths.tolist(), states)
-        sizes = np.fromiter(map(len, drafts), dtype=np.int64, count=len(drafts))
         grid = into["suffix"]
+        levels: tuple[list[int], list[int]] = ([], [])
+        drafts = self._drafts(step, rows, lengths.tolist(), states, levels)
+        self._step_levels = (states, *levels)
+        if step.native is not None:  # the token rows in C (vllm_cllm/core/_tokens_native.c)
+            sizes = np.empty(len(drafts), dtype=np.int64)
+            step.native.lists_into(grid, drafts, None, sizes)
+            return {"suffix": sizes}
+        sizes = np.fromiter(map(len, drafts), dtype=np.int64, count=len(drafts))
         grid[np.arange(grid.shape[1]) < sizes[:, None]] = np.fromiter(
             chain.from_iterable(drafts), dtype=np.int64, count=int(sizes.sum()))
         return {"suffix": sizes}
 
     def _drafts(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
-                states: Sequence[RequestState]) -> list[list[int]]:
+                states: Sequence[RequestState],
+                levels: tuple[list[int], list[int]] | None = None) -> list[list[int]]:
         """Each request's lookup (at most ``lengths[j]`` tokens), as arctic-inference returns
-        it: a list of token ids."""
+        it: a list of token ids; each one's level and backed tokens (:meth:`levels`) appended
+        to ``levels`` where given."""
         found: list[list[int]] = []
         append = found.append
-        req_ids, greedy, token_ids = step.req_ids, step.greedy, step.token_ids
+        level_of, backed_of = (levels[0].append, levels[1].append) if levels is not None \
+            else (None, None)
+        req_ids, token_ids = step.req_ids, step.token_ids
         subset = step.rows_index(rows)
         ends = (step.num_tokens if subset is None else step.num_tokens[subset]).tolist()
         part, native = self.part, self._native
@@ -159,10 +172,11 @@ class SuffixTrees:
             req_id = req_ids[i]
             record: _InTree | None = state.parts.get(part)
             if req_id is None or record is None or n <= 0 or record.local is None:
-                # the general path: the cache's own methods (and a request's first lookup)
-                append(self.draft(req_id, state, bool(greedy[i]), step.context(i),
-                                  step.prompt_end(i), n).tolist()
-                       if req_id is not None else [])
+                append(self._general(step, i, n, state))
+                if level_of is not None:
+                    record = state.parts.get(part)
+                    level_of(record.level if record is not None else 0)
+                    backed_of(record.backed if record is not None else 0)
                 continue
             # a request in its trees drafting: SuffixDecodingCache.add_active_response and
             # .speculate, unwrapped (the same calls, without the checks and result copies)
@@ -185,10 +199,22 @@ class SuffixTrees:
                 other = speculate(global_tree, context, n, factor, offset, min_prob, False)
                 if other.score > best.score:
                     best = other
-            record.level, record.backed = match_level(best.match_len), \
+            record.level, record.backed = level, backed = match_level(best.match_len), \
                 backed_tokens(best.probs)
+            if level_of is not None:
+                level_of(level)
+                backed_of(backed)
             append(best.token_ids)
         return found
+
+    def _general(self, step: VerifyStep, i: int, n: int, state: RequestState) -> list[int]:
+        """Request ``i``'s lookup by the general path (the cache's own methods; a request's
+        first lookup): what :meth:`_drafts` takes where it cannot call the trees directly."""
+        req_id = step.req_ids[i]
+        if req_id is None:
+            return []
+        return self.draft(req_id, state, bool(step.greedy[i]), step.context(i),
+                          step.prompt_end(i), n).tolist()
 
     def draft(self, req_id: str, state: RequestState, greedy: bool, context: np.ndarray,
               first_output: int, max_tokens: int) -> np.ndarray:
@@ -229,6 +255,9 @@ class SuffixTrees:
         """Of each request's last lookup (``states``: theirs, in order): its level
         (:func:`match_level`; 0 without a lookup) and how many of its tokens are at it
         (the rest at 0)."""
+        last, self._step_levels = self._step_levels, None
+        if last is not None and last[0] is states:  # as propose_into found them
+            return np.array(last[1], dtype=np.int64), np.array(last[2], dtype=np.int64)
         part = self.part
         records = [state.parts.get(part) for state in states]
         level = np.fromiter((r.level if r is not None else 0 for r in records),
