@@ -146,3 +146,25 @@ def test_the_proposer_feeds_its_timed_steps_to_the_measurement(monkeypatch):
     proposer.propose([[5]], np.array([17]), tokens)
     proposer.retain_requests({"t"}, {"t"}, scheduled_tokens=1)  # none of the batch before it
     assert len(measurement.samples) == 4 and len(measurement.rests) == 3  # its rest unknown
+
+
+def test_a_first_fit_comes_early_and_an_early_miss_is_quiet():
+    """From wrong parameters (256 / 0) a fit is taken after 16 timed steps where they span
+    the token counts; where the first steps do not (one count only), the early tries say
+    nothing and the regular fit at 64 steps is the first that is logged."""
+    rng = np.random.default_rng(4)
+    tokens = rng.choice([1, 4, 16, 32, 64], 16)
+    cost, said = CostModel(256, 0), []
+    measurement = CostMeasurement(cost, said.append)
+    for count, seconds in zip(tokens.tolist(), _steps(24, 28, tokens).tolist(), strict=True):
+        measurement.add(count, seconds)
+    assert len(said) == 1 and "measured over 16 steps" in said[0]
+    assert cost.knee_tokens == pytest.approx(24, abs=5)
+    cost, said = CostModel(256, 0), []
+    measurement = CostMeasurement(cost, said.append)
+    for _ in range(40):
+        measurement.add(16, 0.01)
+    assert said == [] and (cost.knee_tokens, cost.floor_tokens) == (256, 0)
+    for _ in range(24):
+        measurement.add(16, 0.01)
+    assert len(said) == 1 and "keeping knee 256, floor 0" in said[0]

@@ -33,6 +33,9 @@ from vllm_cllm.policies.cost_model import CostModel
 
 #: Steps kept for the fit, and how often (in steps) the fit is redone.
 WINDOW, REFIT_EVERY = 1024, 64
+#: The timed steps after which a first fit is tried before the first regular one, so that an
+#: engine started from wrong parameters leaves them early; one that finds no fit yet is quiet.
+FIRST_FITS = (16, 32)
 #: A fit needs samples in at least this many distinct token-count bins, spanning this ratio.
 MIN_BINS, MIN_SPAN = 3, 2.0
 #: A bin (token count and request count) is fitted only with at least this many steps in it.
@@ -165,7 +168,8 @@ def fit_rest(requests: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
 
 class CostMeasurement:
     """Refines ``cost`` from timed verify steps (:meth:`add`), every :data:`REFIT_EVERY`
-    steps over the last :data:`WINDOW`; ``log`` is told each fit taken or dropped."""
+    steps over the last :data:`WINDOW` (tried first after :data:`FIRST_FITS` steps); ``log``
+    is told each fit taken or dropped."""
 
     def __init__(self, cost: CostModel, log: Callable[[str], None] | None = None,
                  window: int = WINDOW, refit_every: int = REFIT_EVERY) -> None:
@@ -179,6 +183,8 @@ class CostMeasurement:
         self.log = log or (lambda message: None)
         self.fits: list[Fit] = []
         self._since_fit = 0
+        self._timed = 0  # timed steps added so far
+        self._early = {n for n in FIRST_FITS if n < refit_every}
         self._dropped = 0
         self._last_reason = ""
 
@@ -197,15 +203,20 @@ class CostMeasurement:
             return
         self.samples.append((int(query_tokens), float(seconds), int(requests)))
         self._since_fit += 1
+        self._timed += 1
         if self._since_fit >= self.refit_every:
             self._since_fit = 0
             self.refit()
+        elif self._timed in self._early:  # (the regular fits keep their own count)
+            self.refit(quiet=True)
 
-    def refit(self) -> Fit | None:
+    def refit(self, quiet: bool = False) -> Fit | None:
+        """Fit the samples; a fit is taken and logged, none is logged with why (unless
+        ``quiet``: an early try, before the steps could span the token counts)."""
         tokens, seconds, requests = np.array(self.samples, dtype=np.float64).T
         found = fit_step_cost(tokens, seconds, requests)
         if isinstance(found, str):
-            if found != self._last_reason:
+            if not quiet and found != self._last_reason:
                 self._last_reason = found
                 self.log(f"no step-cost fit from {len(tokens)} steps ({found}); keeping knee "
                          f"{self.cost.knee_tokens:.0f}, floor {self.cost.floor_tokens:.0f}")
