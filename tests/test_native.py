@@ -199,30 +199,3 @@ def test_the_native_token_rows_are_the_numpy_ones(monkeypatch):
         for mine, theirs in zip(*found, strict=True):
             assert mine.dtype == theirs.dtype and np.array_equal(mine, theirs)
 
-
-def test_the_suffix_levels_of_a_step_are_its_records():
-    """SuffixTrees.levels right after propose_into (the levels it kept as it looked up) is
-    what the requests' records say (the path for any other list of states)."""
-    from vllm_cllm.core.requests import RequestState
-    from vllm_cllm.sources.suffix_trees import SuffixTrees, suffix_tree_missing
-
-    if suffix_tree_missing():
-        pytest.skip(suffix_tree_missing())
-    rng = np.random.default_rng(15)
-    trees, table = SuffixTrees(max_cached=4), {}
-    checked = 0
-    for _ in range(60):
-        made = _random_step(rng, 8, vocab=3)
-        made.req_ids = [f"q{n}" for n in rng.permutation(10)[:8].tolist()]
-        rows = [i for i in range(8) if made.rooms[i] > 0]
-        if not rows:
-            continue
-        states = [table.setdefault(made.req_ids[i], RequestState()) for i in rows]
-        grid = np.full((len(rows), 1, 8), -1, dtype=np.int64)
-        trees.propose_into(made, rows, made.rooms[np.asarray(rows)], states,
-                           {"suffix": grid[:, 0]})
-        kept = trees.levels(states)
-        records = trees.levels(list(states))
-        assert all(np.array_equal(a, b) for a, b in zip(kept, records, strict=True))
-        checked += int(kept[0].any())
-    assert checked > 10

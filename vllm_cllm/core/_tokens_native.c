@@ -122,12 +122,6 @@ static PyObject *tails_into(PyObject *self, PyObject *args) {
         return NULL;
     held[0] = 1;
     Py_ssize_t R = b[0].shape[0];
-    if (objs[4] == Py_None || objs[9] == Py_None || objs[1] == Py_None
-        || objs[2] == Py_None || objs[3] == Py_None) {
-        PyErr_SetString(PyExc_ValueError, "tails_into: flat, offsets, num_committed, lengths "
-                                          "and sizes are required");
-        goto done;
-    }
     if ((objs[6] == Py_None) != (objs[7] == Py_None) || (objs[7] == Py_None) != (objs[8] == Py_None)) {
         PyErr_SetString(PyExc_ValueError, "tails_into: accepted, next_draft and next_len go "
                                           "together");
@@ -140,8 +134,8 @@ static PyObject *tails_into(PyObject *self, PyObject *args) {
     /* the step's requests: their number is what offsets and num_committed tell */
     static const char *names[10] = {"into", "flat", "offsets", "num_committed", "lengths",
                                     "rows", "accepted", "", "next_len", "sizes"};
-    for (int i = 1; i < 10; i++) {
-        if (i == 7 || objs[i] == Py_None) continue;
+    for (int i = 1; i < 10; i++) {  /* rows, accepted and next_len may be None */
+        if (i == 7 || ((i == 5 || i == 6 || i == 8) && objs[i] == Py_None)) continue;
         Py_ssize_t need = (i == 4 || i == 5 || i == 9) ? R : 0;
         if (vector_buffer(objs[i], &b[i], need, i == 9, names[i]) < 0) goto done;
         held[i] = 1;

@@ -167,8 +167,6 @@ class Adaptive:
         self._restart_cells: dict[int, np.ndarray] = {}
         #: logs each step's candidates where set (:mod:`vllm_cllm.policies.candidate_log`)
         self.recorder: CandidateLog | None = None
-        #: the step prices the C chooser takes, for the last (batch, width, knee, floor)
-        self._prices: tuple | None = None
 
     def observe(self, step: VerifyStep, rows: Sequence[int],
                 states: Sequence[RequestState]) -> list[Outcome]:
@@ -443,11 +441,6 @@ class Adaptive:
         batch = len(step)
         num_rows, num_slots, width = grid.shape
         knee, floor = self.cost.at(batch)
-        key = (batch, width, knee, floor)
-        if self._prices is None or self._prices[0] != key:
-            self._prices = (key, draft_costs(width, knee, floor), 1.0 / step_cost(1, knee, floor),
-                            batch_costs(batch, width, knee, floor))
-        _, costs, plain, batch_cost = self._prices
         table = self.acceptance
         num_previous = table.trials.shape[-1]
         cells = np.empty(grid.shape, dtype=np.int64)
@@ -459,9 +452,10 @@ class Adaptive:
             num_rows, num_slots, width, grid, sizes, previous, table._base(self._rows, width),
             level, backed, self._restart_block_cells(width), self._tail,
             np.ascontiguousarray(rooms, dtype=np.int64), num_tokens, table.counts,
-            LEVELS * num_previous, num_previous, MAX_VOTES, costs, plain,
-            1 + self.token_margin, batch, 1.0 / (1.0 + self.token_margin), batch_cost,
-            cells, values, best, sized)
+            LEVELS * num_previous, num_previous, MAX_VOTES,
+            draft_costs(width, knee, floor), 1.0 / step_cost(1, knee, floor),
+            1 + self.token_margin, batch, 1.0 / (1.0 + self.token_margin),
+            batch_costs(batch, width, knee, floor), cells, values, best, sized)
         if not beats_plain(gain, cost, batch, knee, floor):
             sized[:] = 0
         return cells, values, best, sized

@@ -125,9 +125,6 @@ class SuffixTrees:
         #: version 0.3 keeps them: a drafting request then calls them directly (the same
         #: calls in the same order, without the per-call checks and result copies)
         self._native = _native_trees(self.shared)
-        #: the levels of the step propose_into just looked up, with its states (what
-        #: :meth:`levels` is asked for next)
-        self._step_levels: tuple[Sequence[RequestState], list[int], list[int]] | None = None
 
     def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
                 states: Sequence[RequestState]) -> Candidates:
@@ -138,9 +135,7 @@ class SuffixTrees:
                      states: Sequence[RequestState], into: Mapping[str, np.ndarray]
                      ) -> dict[str, np.ndarray]:
         grid = into["suffix"]
-        levels: tuple[list[int], list[int]] = ([], [])
-        drafts = self._drafts(step, rows, lengths.tolist(), states, levels)
-        self._step_levels = (states, *levels)
+        drafts = self._drafts(step, rows, lengths.tolist(), states)
         if step.native is not None:  # the token rows in C (vllm_cllm/core/_tokens_native.c)
             sizes = np.empty(len(drafts), dtype=np.int64)
             step.native.lists_into(grid, drafts, None, sizes)
@@ -151,15 +146,11 @@ class SuffixTrees:
         return {"suffix": sizes}
 
     def _drafts(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
-                states: Sequence[RequestState],
-                levels: tuple[list[int], list[int]] | None = None) -> list[list[int]]:
+                states: Sequence[RequestState]) -> list[list[int]]:
         """Each request's lookup (at most ``lengths[j]`` tokens), as arctic-inference returns
-        it: a list of token ids; each one's level and backed tokens (:meth:`levels`) appended
-        to ``levels`` where given."""
+        it: a list of token ids."""
         found: list[list[int]] = []
         append = found.append
-        level_of, backed_of = (levels[0].append, levels[1].append) if levels is not None \
-            else (None, None)
         req_ids, token_ids = step.req_ids, step.token_ids
         subset = step.rows_index(rows)
         ends = (step.num_tokens if subset is None else step.num_tokens[subset]).tolist()
@@ -173,10 +164,6 @@ class SuffixTrees:
             record: _InTree | None = state.parts.get(part)
             if req_id is None or record is None or n <= 0 or record.local is None:
                 append(self._general(step, i, n, state))
-                if level_of is not None:
-                    record = state.parts.get(part)
-                    level_of(record.level if record is not None else 0)
-                    backed_of(record.backed if record is not None else 0)
                 continue
             # a request in its trees drafting: SuffixDecodingCache.add_active_response and
             # .speculate, unwrapped (the same calls, without the checks and result copies)
@@ -199,11 +186,8 @@ class SuffixTrees:
                 other = speculate(global_tree, context, n, factor, offset, min_prob, False)
                 if other.score > best.score:
                     best = other
-            record.level, record.backed = level, backed = match_level(best.match_len), \
+            record.level, record.backed = match_level(best.match_len), \
                 backed_tokens(best.probs)
-            if level_of is not None:
-                level_of(level)
-                backed_of(backed)
             append(best.token_ids)
         return found
 
@@ -255,9 +239,6 @@ class SuffixTrees:
         """Of each request's last lookup (``states``: theirs, in order): its level
         (:func:`match_level`; 0 without a lookup) and how many of its tokens are at it
         (the rest at 0)."""
-        last, self._step_levels = self._step_levels, None
-        if last is not None and last[0] is states:  # as propose_into found them
-            return np.array(last[1], dtype=np.int64), np.array(last[2], dtype=np.int64)
         part = self.part
         records = [state.parts.get(part) for state in states]
         level = np.fromiter((r.level if r is not None else 0 for r in records),
