@@ -199,3 +199,30 @@ def test_the_native_token_rows_are_the_numpy_ones(monkeypatch):
         for mine, theirs in zip(*found, strict=True):
             assert mine.dtype == theirs.dtype and np.array_equal(mine, theirs)
 
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_the_native_step_arrays_are_the_numpy_ones(monkeypatch, dtype):
+    """VerifyStep.from_vllm in C against numpy: lengths, commits, rooms (partial prefills,
+    requests at or past the end of the model's length) and the requests that draft."""
+    rng = np.random.default_rng(15)
+    for _ in range(200):
+        batch = int(rng.integers(1, 20))
+        committed = [rng.integers(0, 99, int(rng.integers(0, 4))).tolist()
+                     for _ in range(batch)]
+        num_tokens = rng.integers(0, 70, batch + int(rng.integers(0, 3))).astype(dtype)
+        max_draft, max_model_len = int(rng.integers(0, 9)), int(rng.integers(1, 70))
+        steps = []
+        for native in (core_step._tokens_native, None):
+            monkeypatch.setattr(VerifyStep, "native", native)
+            steps.append(VerifyStep.from_vllm(committed, num_tokens, np.zeros((batch, 70)),
+                                              None, set(), max_draft, max_model_len))
+        mine, theirs = steps
+        assert mine._drafting is not None and theirs._drafting is None
+        for name in ("num_tokens", "num_committed", "rooms", "greedy"):
+            a, b = getattr(mine, name), getattr(theirs, name)
+            assert a.dtype == b.dtype and np.array_equal(a, b), name
+        assert mine.drafting() == theirs.drafting() == np.flatnonzero(theirs.rooms).tolist()
+    with pytest.raises(ValueError, match="num_tokens"):
+        core_step._tokens_native.step_arrays([[1]], np.zeros(1, dtype=np.float64), 1, 9,
+                                             np.empty((3, 1), dtype=np.int64))

@@ -7,6 +7,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 /* A 2-D int64 grid with any strides. */
 static inline int64_t *cell(Py_buffer *grid, Py_ssize_t j, Py_ssize_t k) {
@@ -191,7 +192,72 @@ done:
     return result;
 }
 
+/* step_arrays(committed, num_tokens, max_draft, max_model_len, out)
+ *
+ * A step's per-request arrays from what vLLM hands a proposer (VerifyStep.from_vllm):
+ * committed a list of B sequences (this step's tokens of each request), num_tokens a 1-D
+ * int32 or int64 array of at least B entries (each request's committed tokens so far), out
+ * [3, B] int64 (C order): out[0] num_tokens as int64, out[1] how many tokens each request
+ * committed, out[2] its room: min(max_model_len - num_tokens, max_draft), at least 0, and 0
+ * where it committed nothing (a partial prefill). Returns the list of requests with room. */
+static PyObject *step_arrays(PyObject *self, PyObject *args) {
+    PyObject *committed, *o_num, *o_out;
+    long long max_draft, max_model_len;
+    if (!PyArg_ParseTuple(args, "O!OLLO", &PyList_Type, &committed, &o_num, &max_draft,
+                          &max_model_len, &o_out))
+        return NULL;
+    Py_ssize_t B = PyList_GET_SIZE(committed);
+    Py_buffer num, out;
+    if (PyObject_GetBuffer(o_num, &num, PyBUF_STRIDES | PyBUF_FORMAT) < 0)
+        return NULL;
+    if (num.ndim != 1 || (num.itemsize != 4 && num.itemsize != 8) || num.shape[0] < B
+            || strchr("ilq", num.format[num.format[0] == '<' || num.format[0] == '=' ? 1 : 0])
+               == NULL) {
+        PyErr_SetString(PyExc_ValueError, "step_arrays: num_tokens must be a 1-D int32 or "
+                                          "int64 array covering every request");
+        PyBuffer_Release(&num);
+        return NULL;
+    }
+    if (vector_buffer(o_out, &out, 3 * B, 1, "step_arrays: out") < 0) {
+        PyBuffer_Release(&num);
+        return NULL;
+    }
+    PyObject *drafting = PyList_New(0);
+    if (!drafting) goto fail;
+    int64_t *lengths = out.buf, *counts = lengths + B, *rooms = lengths + 2 * B;
+    for (Py_ssize_t i = 0; i < B; i++) {
+        const char *at = (const char *)num.buf + i * num.strides[0];
+        int64_t length = num.itemsize == 4 ? *(const int32_t *)at : *(const int64_t *)at;
+        PyObject *tokens = PyList_GET_ITEM(committed, i);
+        Py_ssize_t n = PyList_Check(tokens) ? PyList_GET_SIZE(tokens) : PyObject_Length(tokens);
+        if (n < 0) goto fail;
+        int64_t room = max_model_len - length;
+        if (room > max_draft) room = max_draft;
+        if (room < 0 || n == 0) room = 0;
+        lengths[i] = length;
+        counts[i] = n;
+        rooms[i] = room;
+        if (room > 0) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (!index || PyList_Append(drafting, index) < 0) {
+                Py_XDECREF(index);
+                goto fail;
+            }
+            Py_DECREF(index);
+        }
+    }
+    PyBuffer_Release(&num);
+    PyBuffer_Release(&out);
+    return drafting;
+fail:
+    Py_XDECREF(drafting);
+    PyBuffer_Release(&num);
+    PyBuffer_Release(&out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"step_arrays", step_arrays, METH_VARARGS, "A step's per-request arrays and drafting rows."},
     {"lists_into", lists_into, METH_VARARGS, "Lists of tokens, into a grid's rows."},
     {"tails_into", tails_into, METH_VARARGS, "A step's Jacobi tails, into a grid's rows."},
     {NULL, NULL, 0, NULL},

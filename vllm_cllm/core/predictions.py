@@ -10,7 +10,7 @@ are in host memory, taken as argmax rows and shifted on the host by :func:`shift
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
@@ -96,14 +96,13 @@ class VerifyPredictions:
         out = fixed_point_step(logits, draft_tokens, num, k, num_mask=mask, backend=backend)
         packed = torch.cat([out.argmax, out.accepted.to(torch.int64),
                             out.next_len.to(torch.int64), out.next_draft.reshape(-1)])
-        pending = PendingPredictions(req_ids, packed, None, rows, k, num_mask)
         if packed.is_cuda:
-            pending.host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
-            pending.host.copy_(packed, non_blocking=True)
-            pending.done = torch.cuda.Event()
-            pending.done.record()
-            return pending
-        return pending.resolve()
+            host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
+            host.copy_(packed, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            return PendingPredictions(req_ids, host, done, rows, k, num_mask)
+        return PendingPredictions(req_ids, packed, None, rows, k, num_mask).resolve()
 
     @classmethod
     def from_packed(cls, req_ids: list[str], host: np.ndarray, rows: list[int], k: int,
@@ -137,7 +136,11 @@ class PendingPredictions:
     """A device step's result on its way to the host: the copy into ``host`` (pinned) was
     queued behind the step on the device's stream and ``done`` is recorded after it. Nothing
     waits until :meth:`resolve`, which the proposer calls in ``propose()``, so vLLM's
-    sampler is launched without a host sync in between."""
+    sampler is launched without a host sync in between.
+
+    Where ``host`` is in host memory its views (:class:`VerifyPredictions`) are built here,
+    in the capture, where the host is ahead of the device's forward pass; the copy fills
+    them before ``done``, and :meth:`resolve` only waits for it."""
 
     req_ids: list[str]
     host: Any  # [T + 2B + B*k] int64: argmax | accepted | next_len | next_draft
@@ -145,13 +148,20 @@ class PendingPredictions:
     rows: list[int]
     k: int
     num_mask: list[int] | None
+    ready: VerifyPredictions | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.ready is None and self.host.device.type == "cpu":
+            self.ready = VerifyPredictions.from_packed(self.req_ids, self.host.numpy(),
+                                                       self.rows, self.k, self.num_mask)
 
     def resolve(self) -> VerifyPredictions:
         if self.done is not None:
             self.done.synchronize()
-        host = self.host.cpu().numpy() if self.done is None else self.host.numpy()
-        return VerifyPredictions.from_packed(self.req_ids, host, self.rows, self.k,
-                                             self.num_mask)
+        if self.ready is not None:
+            return self.ready
+        return VerifyPredictions.from_packed(self.req_ids, self.host.cpu().numpy(), self.rows,
+                                             self.k, self.num_mask)
 
 
 def _offsets(num_rows_per_req: list[int]) -> np.ndarray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from itertools import chain
 from typing import Any, ClassVar
 
@@ -44,6 +45,8 @@ class VerifyStep:
     predictions: VerifyPredictions | None
     #: [B] how many tokens each request committed this step (``len(committed[i])``)
     num_committed: np.ndarray = field(default=None)  # type: ignore[assignment]
+    #: the requests with room, where the step's builder found them (else from ``rooms``)
+    _drafting: list[int] | None = field(default=None, repr=False)
     #: the C module that writes token rows into grids (None: numpy; tests switch it)
     native: ClassVar[Any] = _tokens_native
 
@@ -62,17 +65,29 @@ class VerifyStep:
         batch = len(committed)
         req_ids: list[str | None] = list(predictions.req_ids) if predictions is not None \
             else [None] * batch
-        lengths = np.asarray(num_tokens[:batch], dtype=np.int64)
+        if greedy_ids and greedy_ids.issuperset(req_ids):  # the usual step: all greedy
+            greedy = _all_true(batch)
+        else:
+            greedy = np.fromiter((r in greedy_ids for r in req_ids), dtype=bool, count=batch)
+        num_tokens = num_tokens[:batch]
+        # the same arrays in one call of the C module, where it reads what vLLM handed
+        if cls.native is not None and isinstance(committed, list) and \
+                getattr(num_tokens, "dtype", None) in (np.int32, np.int64):
+            arrays = np.empty((3, batch), dtype=np.int64)
+            drafting = cls.native.step_arrays(committed, num_tokens, max_draft,
+                                              max_model_len, arrays)
+            lengths, num_committed, rooms = arrays
+            return cls(req_ids=req_ids, committed=committed, num_tokens=lengths,
+                       token_ids=token_ids, rooms=rooms, greedy=greedy,
+                       predictions=predictions, num_committed=num_committed,
+                       _drafting=drafting)
+        lengths = np.asarray(num_tokens, dtype=np.int64)
         num_committed = np.fromiter(map(len, committed), dtype=np.int64, count=batch)
         # what fits before max_model_len, at most max_draft, and nothing in a partial prefill
         rooms = np.minimum(max_model_len - lengths, max_draft)
         np.maximum(rooms, 0, out=rooms)
         if not num_committed.all():
             rooms[num_committed == 0] = 0
-        if greedy_ids and greedy_ids.issuperset(req_ids):  # the usual step: all greedy
-            greedy = np.ones(batch, dtype=bool)
-        else:
-            greedy = np.fromiter((r in greedy_ids for r in req_ids), dtype=bool, count=batch)
         return cls(req_ids=req_ids, committed=committed, num_tokens=lengths,
                    token_ids=token_ids, rooms=rooms, greedy=greedy, predictions=predictions,
                    num_committed=num_committed)
@@ -95,8 +110,14 @@ class VerifyStep:
             return EMPTY
         return self.predictions.next_block(i, len(self.committed[i]))
 
+    def all_greedy(self) -> bool:
+        """Whether every request of the step decodes greedily."""
+        return self.greedy is _all_true(len(self)) or bool(self.greedy.all())
+
     def drafting(self) -> list[int]:
         """The requests that may draft this step."""
+        if self._drafting is not None:
+            return list(self._drafting)
         return self.rooms.nonzero()[0].tolist()
 
     def committed_grid(self, rows: list[int], width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -204,6 +225,14 @@ class VerifyStep:
         stop = np.minimum(begin + np.where(rejected, real + 1, size), end)
         stop = np.maximum(np.minimum(stop, start + lengths), start)
         return start, stop - start, device
+
+
+@cache
+def _all_true(batch: int) -> np.ndarray:
+    """[batch] all True, read-only (the usual step's ``greedy``, shared by every step)."""
+    greedy = np.ones(batch, dtype=bool)
+    greedy.flags.writeable = False
+    return greedy
 
 
 def _all_int64(*arrays: np.ndarray | None) -> bool:

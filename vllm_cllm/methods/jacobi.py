@@ -56,9 +56,11 @@ def jacobi_drafter(options: ProposerOptions, max_model_len: int) -> Drafter:
                 as_is]
 
     def route(step: VerifyStep, rows: list[int]) -> list[int] | int:
+        if options.adaptive and None not in step.req_ids and step.all_greedy():
+            return ADAPTIVE  # the usual step: every request greedy and captured
         greedy = step.greedy if len(rows) == len(step) else step.greedy[rows]
         if options.adaptive and greedy.all() and None not in step.req_ids:
-            return ADAPTIVE  # the usual step: every request greedy and captured
+            return ADAPTIVE
         adaptive = greedy & options.adaptive
         to = np.where(adaptive, ADAPTIVE, FIXED)
         if None in step.req_ids:  # a step that was not captured: the block as it is
