@@ -265,7 +265,8 @@ CAPTURE_STEPS = 20
 def device_capture(proposer: Any, rows: np.ndarray, meta: Any, req_ids: list[str]) -> Any:
     """The predictions as a GPU's capture hands them to ``propose``: the fixed-point step's
     result (argmax, accepted lengths, next blocks) packed on the device and copied to the
-    host, here computed from the argmax rows (``rows``) by the kernels' torch path; what
+    host, here computed from the argmax rows (``rows``) by the kernels' torch path. Its views
+    are built here, as the capture builds them while the device runs the forward pass; what
     ``propose`` does with it (:meth:`PendingPredictions.resolve`) is the proposer's."""
     import torch
 

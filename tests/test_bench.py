@@ -19,6 +19,7 @@ from vllm_cllm.bench.suite import (
     groups,
     merge_rounds,
     run,
+    started_in_turn,
 )
 
 
@@ -184,6 +185,32 @@ def test_turn_order_varies_who_runs_first_and_who_follows_whom():
     assert ("a", "b") in followers and ("b", "a") in followers
     assert [turn_order(["x", "y"], r) for r in range(4)] == [["x", "y"], ["y", "x"],
                                                             ["y", "x"], ["x", "y"]]
+
+
+def test_each_round_starts_the_engines_in_another_order(monkeypatch, tmp_path):
+    """Over as many rounds as configurations, each configuration's engine is started in
+    every place once; the rows still come out in the configurations' order."""
+    from vllm_cllm.bench import suite
+
+    configs = [BenchConfig("base", "none"), BenchConfig("base", "suffix", {"m": 1}),
+               BenchConfig("base", "jacobi k=15", {"m": 2})]
+    assert [c.method for c in started_in_turn(configs, 4)] == ["suffix", "jacobi k=15", "none"]
+    started = []
+
+    def measured(model_dir, mine, groups, max_tokens):
+        started.append([c.method for c in mine])
+        return {c.key: [{"dataset": "gsm", "batch_size": 1, "tokens_per_s": 1.0,
+                         "tpf": 1.0, "tokens_per_verify_step": 1.0, "tokens": [[1]]}]
+                for c in mine}
+
+    monkeypatch.setattr(suite, "measure_side_by_side", measured)
+    monkeypatch.setattr(suite, "prompt_sets", lambda plan, tokenizer: {})
+    monkeypatch.setattr(suite, "groups", lambda plan, prompts: [])
+    monkeypatch.setattr("transformers.AutoTokenizer.from_pretrained", lambda path: None)
+    rows = run(BenchPlan(rounds=3), tmp_path, {"base": "unused"}, configs)
+    assert started == [["none", "suffix", "jacobi k=15"], ["suffix", "jacobi k=15", "none"],
+                       ["jacobi k=15", "none", "suffix"]]
+    assert [r["method"] for r in rows] == ["none", "suffix", "jacobi k=15"]
 
 
 @pytest.mark.engine

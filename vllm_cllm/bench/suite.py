@@ -178,7 +178,8 @@ def run(plan: BenchPlan, out: Path, model_dirs: dict[str, str],
         configs: list[BenchConfig]) -> list[dict[str, Any]]:
     """Measure every configuration in ``plan.rounds`` rounds (resuming from ``out/raw``) and
     compare each with its baseline. Within a round, one model's configurations run side by
-    side (:func:`measure_side_by_side`), so a speed-up is a ratio between runs seconds apart."""
+    side (:func:`measure_side_by_side`), so a speed-up is a ratio between runs seconds apart;
+    each round starts their engines in another order (:func:`started_in_turn`)."""
     from transformers import AutoTokenizer
 
     prompts = prompt_sets(plan, AutoTokenizer.from_pretrained(model_dirs["base"]))
@@ -191,7 +192,7 @@ def run(plan: BenchPlan, out: Path, model_dirs: dict[str, str],
             folder.mkdir(parents=True, exist_ok=True)
             measured: dict[str, list[dict[str, Any]]] = {}
             for model in models:
-                mine = [c for c in configs if c.model == model]
+                mine = started_in_turn([c for c in configs if c.model == model], r)
                 cached = folder / f"{model}.json"
                 found = json.loads(cached.read_text()) if cached.exists() else {}
                 if not all(c.key in found for c in mine):
@@ -207,6 +208,14 @@ def run(plan: BenchPlan, out: Path, model_dirs: dict[str, str],
                 rows.extend(measured[config.key])
             rounds.append(compare_with_baselines(rows))
     return merge_rounds(rounds)
+
+
+def started_in_turn(configs: list[BenchConfig], round_index: int) -> list[BenchConfig]:
+    """The order a round starts one model's engines in: rotated by the round, so that over
+    as many rounds as configurations each is started in every place once (an engine's speed
+    can depend on when it was started, for its whole life)."""
+    shift = round_index % len(configs) if configs else 0
+    return configs[shift:] + configs[:shift]
 
 
 def measure_side_by_side(model_dir: str, configs: list[BenchConfig], groups: list[Group],
