@@ -159,6 +159,7 @@ class SuffixTrees:
         # slices of vLLM's int32 token buffer are what arctic-inference reads as they are
         as_is = token_ids.dtype == np.int32 and token_ids.flags.c_contiguous
         factor, offset, min_prob = SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB
+        short, long = LEVEL_MATCH
         for i, n, end, state in zip(rows, lengths, ends, states, strict=True):
             req_id = req_ids[i]
             record: _InTree | None = state.parts.get(part)
@@ -168,11 +169,12 @@ class SuffixTrees:
             # a request in its trees drafting: SuffixDecodingCache.add_active_response and
             # .speculate, unwrapped (the same calls, without the checks and result copies)
             seen, local, global_tree = record.seen, record.local, record.global_tree
-            context = token_ids[i, end - TREE_DEPTH if end > TREE_DEPTH else 0:end]
+            row = token_ids[i]
+            context = row[end - TREE_DEPTH if end > TREE_DEPTH else 0:end]
             if not as_is:
                 context = np.ascontiguousarray(context, dtype=np.int32)
             if end > seen:
-                tokens = token_ids[i, seen:end]
+                tokens = row[seen:end]
                 if not as_is:
                     tokens = np.ascontiguousarray(tokens, dtype=np.int32)
                 extend(local, 0, tokens)
@@ -186,8 +188,15 @@ class SuffixTrees:
                 other = speculate(global_tree, context, n, factor, offset, min_prob, False)
                 if other.score > best.score:
                     best = other
-            record.level, record.backed = match_level(best.match_len), \
-                backed_tokens(best.probs)
+            # match_level and backed_tokens, inline
+            matched = best.match_len
+            record.level = 1 + (matched >= short) + (matched >= long)
+            backed = 0
+            for prob in best.probs:
+                if prob < BACKED_PROB:
+                    break
+                backed += 1
+            record.backed = backed
             append(best.token_ids)
         return found
 
