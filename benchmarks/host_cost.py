@@ -1,7 +1,8 @@
 """Host time per verify step of each proposer, by batch size, on real text with drafting on.
 
 What a proposer adds to every engine step on the host: this project's ``jacobi`` (the
-adaptive default with GPU-like cost parameters, so that it drafts; and fixed k) and ``space``,
+adaptive default with GPU-like cost parameters, so that it drafts; the same without the
+request's n-gram candidate, ``ngram_candidate: false``; and fixed k) and ``space``,
 beside vLLM's ``ngram`` proposer and arctic-inference's suffix cache as vLLM's ``suffix``
 drives it. No engine starts: each proposer is driven as vLLM's model runner drives it, on
 synthetic verify steps whose target "is" the text, so that what a proposer drafts is accepted
@@ -63,8 +64,8 @@ from typing import Any
 import numpy as np
 
 #: Row names, in table order: this project's proposers, then vLLM's.
-PROPOSERS = ("jacobi", "jacobi fixed", "space", "ngram", "suffix")
-OWN = ("jacobi", "jacobi fixed", "space")
+PROPOSERS = ("jacobi", "jacobi no ngram", "jacobi fixed", "space", "ngram", "suffix")
+OWN = ("jacobi", "jacobi no ngram", "jacobi fixed", "space")
 #: SmolLM2's vocabulary: the logits' width.
 VOCAB = 49152
 #: vLLM 0.32's suffix defaults (SpeculativeConfig.suffix_decoding_*).
@@ -203,6 +204,8 @@ def own_spec(name: str, settings: Settings) -> dict[str, Any]:
     if name == "jacobi":
         return {"method": "jacobi", "num_speculative_tokens": settings.k,
                 "knee_tokens": settings.knee_tokens, "floor_tokens": settings.floor_tokens}
+    if name == "jacobi no ngram":  # the default without the request's n-gram candidate
+        return {**own_spec("jacobi", settings), "ngram_candidate": False}
     if name == "jacobi fixed":
         return {"method": "jacobi", "num_speculative_tokens": settings.k, "adaptive": False}
     if name == "space":
@@ -513,6 +516,12 @@ def measure(pool: RequestPool, settings: Settings, progress: bool = True
     if "suffix" in names and (why := suffix_missing()):
         print(f"host_cost: no suffix row: {why}", file=sys.stderr)
         names.remove("suffix")
+    for name in [n for n in names if n in OWN]:  # an older tree (--tree) may lack an option
+        try:
+            build_own(name, settings)
+        except ValueError as exc:  # vllm_cllm's ConfigError
+            print(f"host_cost: no {name!r} row: {exc}", file=sys.stderr)
+            names.remove(name)
     rows, profiles = [], {}
     for batch in settings.batch_sizes:
         slots = max((2 * settings.space_k if n == "space" else settings.k)

@@ -20,7 +20,8 @@ with adaptive k against no speculation, where adaptive k drafts little or nothin
 ``cost-model`` (``cost-model-base``) — the adaptive rule's default cost model against the
 earlier fit, on the CLLM demo (the base model); ``token-margin`` — adaptive k at the default
 ``token_margin_pct`` against 0 % and 60 %, on the CLLM demo; ``both-models`` — adaptive k
-against no speculation on the base model and the CLLM demo.
+against no speculation on the base model and the CLLM demo; ``ngram-candidate`` — adaptive k
+with and without the request's n-grams as a candidate, on both models.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def adaptive_variants(model: str, variants: dict[str, dict[str, Any]]) -> Config
 
 #: The adaptive rule's defaults against an earlier, slower-machine fit of the cost model.
 EARLIER_FIT = {"knee=16 floor=25": {"knee_tokens": 16, "floor_tokens": 25}}
+#: Adaptive drafting without the request's n-grams as a candidate (the lookup and the tail).
+NO_NGRAM = {"no ngram candidate": {"ngram_candidate": False}}
 #: The default per-token margin (``token_margin_pct``) against others.
 MARGINS = {f"margin={m}%": {"token_margin_pct": m} for m in (0, 60)}
 
@@ -89,6 +92,8 @@ PRESETS: dict[str, Configs] = {
     "token-margin": adaptive_variants("cllm", MARGINS),
     "zero-draft": adaptive_variants("cllm", {}),
     "both-models": {**adaptive_variants("base", {}), **adaptive_variants("cllm", {})},
+    "ngram-candidate": {**adaptive_variants("base", NO_NGRAM),
+                        **adaptive_variants("cllm", NO_NGRAM)},
 }
 
 

@@ -302,3 +302,29 @@ def test_random_fill_depends_only_on_the_request():
     first = fill(ctx, 8)
     fill(np.arange(7), 8)  # another request in between
     assert fill(ctx, 8).tolist() == first.tolist()
+
+
+def test_without_the_ngram_candidate_adaptive_drafting_never_builds_it():
+    """``ngram_candidate: false``: the adaptive policy chooses between the lookup and the
+    tail, and no step asks the request's n-grams for a candidate; the lookup, which sees the
+    request's own tokens, still drafts the repeating text."""
+    from fakes import verify_and_propose
+
+    asked = []
+    for wanted in (True, False):
+        proposer = jacobi(4, 200, knee_tokens=24, floor_tokens=28, ngram_candidate=wanted)
+        ngrams = proposer.drafter.sources["ngram"]
+        for method in ("propose", "propose_into"):  # a small step's path, a large one's
+            original = getattr(ngrams, method)
+
+            def spy(*args, original=original, wanted=wanted, **kwargs):
+                asked.append(wanted)
+                return original(*args, **kwargs)
+
+            setattr(ngrams, method, spy)
+        made = verify_and_propose(proposer, ["a", "b"], 20) + \
+            verify_and_propose(proposer, [f"c{i}" for i in range(6)], 20)
+        assert sum(made[5:]) > 0  # drafts from the lookup (or the tail) either way
+        names = proposer.drafter.policies[1].names
+        assert ("ngram" in names) is wanted
+    assert True in asked and False not in asked

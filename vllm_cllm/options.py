@@ -202,6 +202,12 @@ OPTIONS: tuple[Option, ...] = (
            doc="Both see the request's own prompt and output; greedy requests also see "
                "earlier requests' outputs. `ngram`, an earlier name of `history`, is "
                "accepted."),
+    Option("ngram_candidate", bool, ("jacobi",), default=True,
+           only={"jacobi": _ADAPTIVE},
+           meaning="the request's n-grams are a candidate beside the lookup and the tail",
+           doc="The lookup sees the request's own tokens too; without the n-gram candidate "
+               "a step builds one candidate less per request: less host time per step, "
+               "somewhat fewer tokens per verify step (docs/decisions.md)."),
     Option("history_size", int, ("jacobi", "space"), low=0,
            high=lambda p: LOOKUPS[p.get("lookup") or "history"], default=_default_history,
            default_text={"jacobi": "1024 (`suffix`), 16 (`history`)", "space": "16"},
@@ -253,6 +259,7 @@ class ProposerOptions:
     lookup: str
     mask_token_id: int | None
     measure_cost: bool
+    ngram_candidate: bool
 
     @property
     def vllm_draft_tokens(self) -> int:
