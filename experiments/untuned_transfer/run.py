@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 from pathlib import Path
 
 from vllm_cllm.bench.suite import MODELS, BenchConfig, BenchPlan, run
@@ -41,9 +42,7 @@ def paired(row: dict, base: dict) -> float:
     def rounds(r: dict) -> list[float]:  # (a one-round run may not list its rounds)
         return r.get("tokens_per_s_rounds") or [r["tokens_per_s"]]
 
-    ratios = sorted(a / b for a, b in zip(rounds(row), rounds(base), strict=True))
-    middle = len(ratios) // 2
-    return ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2
+    return statistics.median(a / b for a, b in zip(rounds(row), rounds(base), strict=True))
 
 
 def table(rows: list[dict], header: str) -> str:
