@@ -516,10 +516,12 @@ def measure(pool: RequestPool, settings: Settings, progress: bool = True
     if "suffix" in names and (why := suffix_missing()):
         print(f"host_cost: no suffix row: {why}", file=sys.stderr)
         names.remove("suffix")
+    from vllm_cllm.errors import ConfigError
+
     for name in [n for n in names if n in OWN]:  # an older tree (--tree) may lack an option
         try:
-            build_own(name, settings)
-        except ValueError as exc:  # vllm_cllm's ConfigError
+            fake_vllm_config(own_spec(name, settings), settings.max_model_len)  # parses only
+        except ConfigError as exc:
             print(f"host_cost: no {name!r} row: {exc}", file=sys.stderr)
             names.remove(name)
     rows, profiles = [], {}

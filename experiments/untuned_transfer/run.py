@@ -36,13 +36,15 @@ def configs(knee: int, floor: int) -> list[BenchConfig]:
                                                       "measure_cost": True})]
 
 
+def _rounds(row: dict) -> list[float]:
+    """A row's tokens/s per round (a one-round run may not list its rounds)."""
+    return row.get("tokens_per_s_rounds") or [row["tokens_per_s"]]
+
+
 def paired(row: dict, base: dict) -> float:
     """The median over rounds of ``row``'s tokens/s ÷ ``base``'s in the same round (engines
     in lock step), as the bench's speed-ups are taken."""
-    def rounds(r: dict) -> list[float]:  # (a one-round run may not list its rounds)
-        return r.get("tokens_per_s_rounds") or [r["tokens_per_s"]]
-
-    return statistics.median(a / b for a, b in zip(rounds(row), rounds(base), strict=True))
+    return statistics.median(a / b for a, b in zip(_rounds(row), _rounds(base), strict=True))
 
 
 def table(rows: list[dict], header: str) -> str:

@@ -159,7 +159,6 @@ class SuffixTrees:
         # slices of vLLM's int32 token buffer are what arctic-inference reads as they are
         as_is = token_ids.dtype == np.int32 and token_ids.flags.c_contiguous
         factor, offset, min_prob = SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB
-        short, long = LEVEL_MATCH
         for i, n, end, state in zip(rows, lengths, ends, states, strict=True):
             req_id = req_ids[i]
             record: _InTree | None = state.parts.get(part)
@@ -188,15 +187,8 @@ class SuffixTrees:
                 other = speculate(global_tree, context, n, factor, offset, min_prob, False)
                 if other.score > best.score:
                     best = other
-            # match_level and backed_tokens, inline
-            matched = best.match_len
-            record.level = 1 + (matched >= short) + (matched >= long)
-            backed = 0
-            for prob in best.probs:
-                if prob < BACKED_PROB:
-                    break
-                backed += 1
-            record.backed = backed
+            record.level, record.backed = match_level(best.match_len), \
+                backed_tokens(best.probs)
             append(best.token_ids)
         return found
 
