@@ -21,7 +21,9 @@ with adaptive k against no speculation, where adaptive k drafts little or nothin
 earlier fit, on the CLLM demo (the base model); ``token-margin`` — adaptive k at the default
 ``token_margin_pct`` against 0 % and 60 %, on the CLLM demo; ``both-models`` — adaptive k
 against no speculation on the base model and the CLLM demo; ``ngram-candidate`` — adaptive k
-with and without the request's n-grams as a candidate, on both models.
+with and without the request's n-grams as a candidate, on both models; ``spec-path`` — adaptive
+k, the same engine under a cost model that never drafts, and vLLM's ``suffix``, against no
+speculation on the CLLM demo (what the speculative path costs by itself).
 """
 
 from __future__ import annotations
@@ -69,6 +71,9 @@ EARLIER_FIT = {"knee=16 floor=25": {"knee_tokens": 16, "floor_tokens": 25}}
 NO_NGRAM = {"no ngram candidate": {"ngram_candidate": False}}
 #: The default per-token margin (``token_margin_pct``) against others.
 MARGINS = {f"margin={m}%": {"token_margin_pct": m} for m in (0, 60)}
+#: A cost model under which no draft pays (each query token costs the same, no fixed part):
+#: the speculative path's own cost, with nothing drafted.
+NEVER = {"never drafting": {"knee_tokens": 1, "floor_tokens": 0}}
 
 
 PRESETS: dict[str, Configs] = {
@@ -94,6 +99,7 @@ PRESETS: dict[str, Configs] = {
     "both-models": {**adaptive_variants("base", {}), **adaptive_variants("cllm", {})},
     "ngram-candidate": {**adaptive_variants("base", NO_NGRAM),
                         **adaptive_variants("cllm", NO_NGRAM)},
+    "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
 }
 
 

@@ -3,11 +3,14 @@ verification, the proposer, and the forward's time by the number of draft tokens
 
 Wall-clock timers around vLLM's ``GPUModelRunner`` methods (the CPU runner inherits them) and
 this project's capture and proposer, in one in-process engine on the CLLM demo, greedy, on
-gsm prompts of the bench's evaluation seed, one at a time or ``--batch-size`` together. Each
-proposer runs in its own process, one after another, so compare the per-step components
-within a run, not the totals across runs (this machine drifts).
+the bench's prompts of ``--dataset`` (gsm: its evaluation seed), one at a time or
+``--batch-size`` together. Each proposer runs in its own process, one after another, so compare
+the per-step components within a run, not the totals across runs (this machine drifts); the
+JSON (``--out``) keeps every decode step's requests, drafting requests, draft tokens and times.
 
     .venv/bin/python benchmarks/step_profile.py --methods jacobi suffix --prompts 4
+    .venv/bin/python benchmarks/step_profile.py --methods "jacobi gpu costs" --dataset sharegpt \
+        --batch-size 16 --prompts 32 --out step_profile.json
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ SPECS: dict[str, dict[str, Any] | None] = {
     "suffix": SUFFIX_SPEC,
     "jacobi": {"method": "jacobi", "num_speculative_tokens": 15},  # the default: adaptive
     "jacobi fixed k": {"method": "jacobi", "num_speculative_tokens": 15, "adaptive": False},
+    # the GPU cost model, unmeasured: drafts of every size at any batch on this CPU
+    "jacobi gpu costs": {"method": "jacobi", "num_speculative_tokens": 15,
+                         "knee_tokens": 256, "floor_tokens": 0},
 }
 
 
@@ -87,9 +93,10 @@ class Timers:
 
 
 def profile(method: str, prompts: int, offset: int, max_tokens: int,
-            batch_size: int = 1) -> dict[str, Any]:
-    """One engine with ``method``: per-step milliseconds of each component, ``prompts`` gsm
-    prompts in batches of ``batch_size`` (a step is one engine step of the whole batch)."""
+            batch_size: int = 1, dataset: str = "gsm") -> dict[str, Any]:
+    """One engine with ``method``: per-step milliseconds of each component, ``prompts``
+    prompts of ``dataset`` in batches of ``batch_size`` (a step is one engine step of the
+    whole batch)."""
     from vllm_cllm.runtime.engine import apply_cpu_env
 
     apply_cpu_env()
@@ -110,9 +117,9 @@ def profile(method: str, prompts: int, offset: int, max_tokens: int,
             LABELS[1:], strict=True):
         timers.wrap(owner, name, label)
     llm = create_llm(str(model_path("smollm2-135m-cllm-gsm")), SPECS[method])
-    plan = BenchPlan(datasets=("gsm",), batch_sizes=(1,),
+    plan = BenchPlan(datasets=(dataset,), batch_sizes=(1,),
                      prompts_per_batch={1: offset + prompts}, max_tokens=max_tokens)
-    chosen = prompt_sets(plan, llm.get_tokenizer())["gsm"][offset:]
+    chosen = prompt_sets(plan, llm.get_tokenizer())[dataset][offset:]
     llm.generate(chosen[:1], SamplingParams(temperature=0, max_tokens=8), use_tqdm=False)
     timers.seconds.clear()
     timers.decode_steps.clear()
@@ -125,7 +132,8 @@ def profile(method: str, prompts: int, offset: int, max_tokens: int,
             steps += 1
         tokens += sum(len(t) for t in stepping.result().tokens)
     wall = time.perf_counter() - start
-    return {"method": method, "batch_size": batch_size, "tokens": tokens, "steps": steps,
+    return {"method": method, "dataset": dataset, "batch_size": batch_size, "tokens": tokens,
+            "steps": steps,
             "tokens_per_step": tokens / steps,
             "ms_per_step": 1000 * wall / steps,
             "components_ms_per_step": {k: 1000 * v / steps for k, v in timers.seconds.items()},
@@ -147,7 +155,9 @@ def main() -> int:
     parser.add_argument("--methods", nargs="+", default=["none", "suffix", "jacobi"],
                         choices=list(SPECS))
     parser.add_argument("--prompts", type=int, default=4)
-    parser.add_argument("--offset", type=int, default=32, help="first gsm prompt used")
+    parser.add_argument("--dataset", default="gsm",
+                        choices=["gsm", "humaneval", "mtbench", "sharegpt"])
+    parser.add_argument("--offset", type=int, default=32, help="first prompt used")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=1,
                         help="prompts decoded together (a step is the whole batch's)")
@@ -156,14 +166,15 @@ def main() -> int:
     args = parser.parse_args()
     if args.one:
         print(json.dumps(profile(args.one, args.prompts, args.offset, args.max_tokens,
-                                 args.batch_size)))
+                                 args.batch_size, args.dataset)))
         return 0
     results = []
     for method in args.methods:  # one process each: in-process engines share global state
         child = subprocess.run([sys.executable, __file__, "--one", method, "--prompts",
                                 str(args.prompts), "--offset", str(args.offset),
                                 "--max-tokens", str(args.max_tokens),
-                                "--batch-size", str(args.batch_size)],
+                                "--batch-size", str(args.batch_size),
+                                "--dataset", args.dataset],
                                capture_output=True, text=True, check=True)
         results.append(json.loads(child.stdout.strip().splitlines()[-1]))
     for r in results:
