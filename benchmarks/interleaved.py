@@ -38,7 +38,14 @@ from tqdm import tqdm
 
 from vllm_cllm.bench.engine_pool import EnginePool
 from vllm_cllm.bench.measure import WARMUP_PROMPT
-from vllm_cllm.bench.suite import MODELS, NGRAM_SPEC, SUFFIX_SPEC, BenchPlan, prompt_sets
+from vllm_cllm.bench.suite import (
+    DATASETS,
+    MODELS,
+    NGRAM_SPEC,
+    SUFFIX_SPEC,
+    BenchPlan,
+    prompt_sets,
+)
 from vllm_cllm.runtime.checkpoints import model_path
 
 JACOBI = {"method": "jacobi", "num_speculative_tokens": 15}
@@ -130,8 +137,7 @@ def summarise(rounds: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="gsm-b1")
-    parser.add_argument("--dataset", default="gsm", choices=["gsm", "humaneval", "mtbench",
-                                                             "sharegpt"])
+    parser.add_argument("--dataset", default="gsm", choices=DATASETS)
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--prompts", type=int, default=None,
                         help="prompts per round (default: 2 at batch 1, else the batch size)")

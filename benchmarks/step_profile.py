@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vllm_cllm.bench.suite import SUFFIX_SPEC
+from vllm_cllm.bench.suite import DATASETS, SUFFIX_SPEC
 
 FORWARD = "forward (execute_model)"
 #: Printed in this order; the indented ones are parts of the one above them.
@@ -155,8 +155,7 @@ def main() -> int:
     parser.add_argument("--methods", nargs="+", default=["none", "suffix", "jacobi"],
                         choices=list(SPECS))
     parser.add_argument("--prompts", type=int, default=4)
-    parser.add_argument("--dataset", default="gsm",
-                        choices=["gsm", "humaneval", "mtbench", "sharegpt"])
+    parser.add_argument("--dataset", default="gsm", choices=DATASETS)
     parser.add_argument("--offset", type=int, default=32, help="first prompt used")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=1,
