@@ -168,3 +168,24 @@ def test_a_first_fit_comes_early_and_an_early_miss_is_quiet():
     for _ in range(24):
         measurement.add(16, 0.01)
     assert len(said) == 1 and "keeping knee 256, floor 0" in said[0]
+
+
+def test_a_change_of_batch_size_brings_early_fits_of_the_nearby_steps():
+    """Batch-1 steps on a steep curve (knee 6), then batch-4 steps on a flatter one (knee
+    24): 32 steps after the batch size moved, the model is the batch-4 steps' own fit, not
+    one through both; where the nearby steps make no fit (one token count), all are fitted."""
+    rng = np.random.default_rng(5)
+    cost, said = CostModel(256, 0), []
+    measurement = CostMeasurement(cost, said.append)
+    ones = rng.choice([2, 3, 4, 6, 8], 200)
+    for count, seconds in zip(ones.tolist(), _steps(6, 0, ones).tolist(), strict=True):
+        measurement.add(count, seconds, requests=1)
+    assert cost.knee_tokens == pytest.approx(6, abs=2)
+    fours = rng.choice([4, 8, 12, 16, 24, 32], 32)
+    for count, seconds in zip(fours.tolist(), _steps(24, 0, fours).tolist(), strict=True):
+        measurement.add(count, seconds, requests=4)
+    assert cost.knee_tokens == pytest.approx(24, abs=5)
+    assert "measured over 32 steps" in said[-1]
+    for _ in range(32):  # batch 16, every step alike: no fit of its own, all steps fitted
+        measurement.add(16, 1e-4 * 40, requests=16)
+    assert "measured over 264 steps" in said[-1]

@@ -15,10 +15,14 @@ in the requests too, through the per-batch-size medians of the last steps: a ste
 by a pause (the engine waiting for requests, or taking turns with other engines) does not
 move it. Only ratios matter.
 
-A fit is used only where the samples span a range of token counts and the fit explains
-them; a fit whose slope is zero or negative, whose parameters are out of range, or whose
-error is large is dropped with a log line, and the model keeps what it had (the platform's
-defaults at first).
+The curve is only piecewise a line (a step of 1 request and one of 16 sit on different
+parts of it), so a fit is first tried on the steps whose batch size is near the current one
+(within a factor :data:`REGIME`): when the batch size moves out of that range, early fits
+follow as they do at the engine's start, and where the nearby steps do not make a fit, all
+of the window's steps are fitted. A fit is used only where the samples span a range of token
+counts and the fit explains them; a fit whose slope is zero or negative, whose parameters are
+out of range, or whose error is large is dropped with a log line, and the model keeps what it
+had (the platform's defaults at first).
 """
 
 from __future__ import annotations
@@ -35,7 +39,11 @@ from vllm_cllm.policies.cost_model import CostModel
 WINDOW, REFIT_EVERY = 1024, 64
 #: The timed steps after which a first fit is tried before the first regular one, so that an
 #: engine started from wrong parameters leaves them early; one that finds no fit yet is quiet.
+#: Counted from the engine's start and again from each change of the batch size's range.
 FIRST_FITS = (16, 32)
+#: Steps whose batch size is within this factor of the current range's are fitted on their
+#: own first; a step outside it starts a new range.
+REGIME = 2.0
 #: A fit needs samples in at least this many distinct token-count bins, spanning this ratio.
 MIN_BINS, MIN_SPAN = 3, 2.0
 #: A bin (token count and request count) is fitted only with at least this many steps in it.
@@ -183,8 +191,10 @@ class CostMeasurement:
         self.log = log or (lambda message: None)
         self.fits: list[Fit] = []
         self._since_fit = 0
-        self._timed = 0  # timed steps added so far
         self._early = {n for n in FIRST_FITS if n < refit_every}
+        #: the batch size the current range is centred on, and its timed steps so far
+        self._regime: int | None = None
+        self._in_regime = 0
         self._dropped = 0
         self._last_reason = ""
 
@@ -202,19 +212,33 @@ class CostMeasurement:
             self._dropped += 1
             return
         self.samples.append((int(query_tokens), float(seconds), int(requests)))
+        if self._regime is None or not self._near(np.float64(requests)):
+            self._regime, self._in_regime = int(requests), 0
         self._since_fit += 1
-        self._timed += 1
+        self._in_regime += 1
         if self._since_fit >= self.refit_every:
             self._since_fit = 0
             self.refit()
-        elif self._timed in self._early:  # (the regular fits keep their own count)
+        elif self._in_regime in self._early:  # (the regular fits keep their own count)
             self.refit(quiet=True)
+
+    def _near(self, requests: np.ndarray) -> np.ndarray:
+        """Whether each batch size is in the current range (:data:`REGIME`)."""
+        regime = self._regime or 1
+        return (requests * REGIME >= regime) & (requests <= regime * REGIME)
 
     def refit(self, quiet: bool = False) -> Fit | None:
         """Fit the samples; a fit is taken and logged, none is logged with why (unless
         ``quiet``: an early try, before the steps could span the token counts)."""
         tokens, seconds, requests = np.array(self.samples, dtype=np.float64).T
-        found = fit_step_cost(tokens, seconds, requests)
+        near = self._near(requests)
+        found: Fit | str = "no nearby steps"
+        if near.any() and not near.all():  # the nearby steps' own fit, else all steps'
+            found = fit_step_cost(tokens[near], seconds[near], requests[near])
+        if isinstance(found, Fit):
+            fitted = int(near.sum())
+        else:
+            found, fitted = fit_step_cost(tokens, seconds, requests), len(tokens)
         if isinstance(found, str):
             if not quiet and found != self._last_reason:
                 self._last_reason = found
@@ -230,7 +254,7 @@ class CostMeasurement:
         per_request = (f"; each request adds {found.per_request_tokens:.2f} query tokens "
                        f"({found.rest_per_request_seconds * 1e3:.2f} ms of them besides the "
                        f"forward)" if found.per_request_tokens else "")
-        self.log(f"step cost measured over {len(tokens)} steps: knee {found.knee_tokens:.0f}, "
+        self.log(f"step cost measured over {fitted} steps: knee {found.knee_tokens:.0f}, "
                  f"floor {found.floor_tokens:.0f} query tokens, "
                  f"{found.seconds_per_token * 1e6:.1f} us per query token, "
                  f"{found.rest_seconds * 1e3:.2f} ms per step besides the forward{per_request} "
