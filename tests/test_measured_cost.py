@@ -189,3 +189,19 @@ def test_a_change_of_batch_size_brings_early_fits_of_the_nearby_steps():
     for _ in range(32):  # batch 16, every step alike: no fit of its own, all steps fitted
         measurement.add(16, 1e-4 * 40, requests=16)
     assert "measured over 264 steps" in said[-1]
+
+
+def test_nearby_steps_in_too_few_bins_do_not_replace_the_fit_of_all():
+    """Noisy batch-16 steps at three token counts fit a line and a part per request exactly
+    (any three would): that is no fit of their own, and the fit of all steps is taken."""
+    rng = np.random.default_rng(6)
+    cost, said = CostModel(256, 0), []
+    measurement = CostMeasurement(cost, said.append)
+    ones = rng.choice([2, 4, 8, 16, 32], 100)
+    for count, seconds in zip(ones.tolist(), _steps(8, 0, ones).tolist(), strict=True):
+        measurement.add(count, seconds, requests=1)
+    sixteens = rng.choice([16, 24, 32], 32)
+    for count, seconds in zip(sixteens.tolist(), _steps(8, 0, sixteens, 0.1).tolist(),
+                              strict=True):
+        measurement.add(count, seconds, requests=16 - count % 3)
+    assert "measured over 132 steps" in said[-1]

@@ -44,6 +44,9 @@ FIRST_FITS = (16, 32)
 #: Steps whose batch size is within this factor of the current range's are fitted on their
 #: own first; a step outside it starts a new range.
 REGIME = 2.0
+#: The token-count bins such a fit needs: more than a fit of all steps, since it replaces a
+#: broader one (three bins fit a line and a part per request exactly, whatever they are).
+REGIME_MIN_BINS = 5
 #: A fit needs samples in at least this many distinct token-count bins, spanning this ratio.
 MIN_BINS, MIN_SPAN = 3, 2.0
 #: A bin (token count and request count) is fitted only with at least this many steps in it.
@@ -107,10 +110,10 @@ def _least_squares(columns: dict[str, np.ndarray], t: np.ndarray, weight: np.nda
 
 
 def fit_step_cost(tokens: np.ndarray, seconds: np.ndarray,
-                  requests: np.ndarray | None = None) -> Fit | str:
+                  requests: np.ndarray | None = None, min_bins: int = MIN_BINS) -> Fit | str:
     """``c·B + max(F, a + b·N)`` through the per-bin medians of the samples (``requests``:
-    each step's ``B``, None: all alike), or why none can be trusted (too few bins, a zero or
-    negative slope, parameters out of range, a large error)."""
+    each step's ``B``, None: all alike), or why none can be trusted (fewer than ``min_bins``
+    token-count bins, a zero or negative slope, parameters out of range, a large error)."""
     tokens = np.asarray(tokens, dtype=np.float64)
     seconds = np.asarray(seconds, dtype=np.float64)
     requests = np.ones_like(tokens) if requests is None else np.asarray(requests, np.float64)
@@ -119,7 +122,7 @@ def fit_step_cost(tokens: np.ndarray, seconds: np.ndarray,
     if not len(tokens):
         return "no timed steps"
     keys, (n, r), t, counts = _binned([tokens, requests], seconds)
-    if len(np.unique(keys[:, 0])) < MIN_BINS or n.max() < MIN_SPAN * n.min():
+    if len(np.unique(keys[:, 0])) < min_bins or n.max() < MIN_SPAN * n.min():
         return (f"{len(n)} token-count bins spanning {n.min():.0f}-{n.max():.0f} tokens"
                 if len(n) else "no token-count bin with enough steps")
     order = n.argsort(kind="stable")
@@ -234,7 +237,8 @@ class CostMeasurement:
         near = self._near(requests)
         found: Fit | str = "no nearby steps"
         if near.any() and not near.all():  # the nearby steps' own fit, else all steps'
-            found = fit_step_cost(tokens[near], seconds[near], requests[near])
+            found = fit_step_cost(tokens[near], seconds[near], requests[near],
+                                  REGIME_MIN_BINS)
         if isinstance(found, Fit):
             fitted = int(near.sum())
         else:
