@@ -170,20 +170,34 @@ def test_a_first_fit_comes_early_and_an_early_miss_is_quiet():
     assert len(said) == 1 and "keeping knee 256, floor 0" in said[0]
 
 
+def _fed(knee: float, counts: list[int], seed: int, requests: int = 1
+         ) -> tuple[CostModel, list[str], CostMeasurement, np.random.Generator]:
+    """A measurement from the GPU defaults fed steps of ``requests`` requests at the token
+    counts drawn from ``counts`` (as many as ``len(counts) * 40``) on a curve of ``knee``."""
+    rng = np.random.default_rng(seed)
+    cost, said = CostModel(256, 0), []
+    measurement = CostMeasurement(cost, said.append)
+    _feed(measurement, rng.choice(counts, len(counts) * 40), knee, requests)
+    return cost, said, measurement, rng
+
+
+def _feed(measurement: CostMeasurement, tokens: np.ndarray, knee: float, requests,
+          noise: float = 0.02) -> None:
+    """Steps at ``tokens`` on a curve of ``knee`` (floor 0); ``requests``: a count or a
+    function of the step's tokens."""
+    for count, seconds in zip(tokens.tolist(), _steps(knee, 0, tokens, noise).tolist(),
+                              strict=True):
+        measurement.add(count, seconds, requests=requests(count) if callable(requests)
+                        else requests)
+
+
 def test_a_change_of_batch_size_brings_early_fits_of_the_nearby_steps():
     """Batch-1 steps on a steep curve (knee 6), then batch-4 steps on a flatter one (knee
     24): 32 steps after the batch size moved, the model is the batch-4 steps' own fit, not
     one through both; where the nearby steps make no fit (one token count), all are fitted."""
-    rng = np.random.default_rng(5)
-    cost, said = CostModel(256, 0), []
-    measurement = CostMeasurement(cost, said.append)
-    ones = rng.choice([2, 3, 4, 6, 8], 200)
-    for count, seconds in zip(ones.tolist(), _steps(6, 0, ones).tolist(), strict=True):
-        measurement.add(count, seconds, requests=1)
+    cost, said, measurement, rng = _fed(6, [2, 3, 4, 6, 8], seed=5)
     assert cost.knee_tokens == pytest.approx(6, abs=2)
-    fours = rng.choice([4, 8, 12, 16, 24, 32], 32)
-    for count, seconds in zip(fours.tolist(), _steps(24, 0, fours).tolist(), strict=True):
-        measurement.add(count, seconds, requests=4)
+    _feed(measurement, rng.choice([4, 8, 12, 16, 24, 32], 32), 24, 4)
     assert cost.knee_tokens == pytest.approx(24, abs=5)
     assert "measured over 32 steps" in said[-1]
     for _ in range(32):  # batch 16, every step alike: no fit of its own, all steps fitted
@@ -194,14 +208,6 @@ def test_a_change_of_batch_size_brings_early_fits_of_the_nearby_steps():
 def test_nearby_steps_in_too_few_bins_do_not_replace_the_fit_of_all():
     """Noisy batch-16 steps at three token counts fit a line and a part per request exactly
     (any three would): that is no fit of their own, and the fit of all steps is taken."""
-    rng = np.random.default_rng(6)
-    cost, said = CostModel(256, 0), []
-    measurement = CostMeasurement(cost, said.append)
-    ones = rng.choice([2, 4, 8, 16, 32], 100)
-    for count, seconds in zip(ones.tolist(), _steps(8, 0, ones).tolist(), strict=True):
-        measurement.add(count, seconds, requests=1)
-    sixteens = rng.choice([16, 24, 32], 32)
-    for count, seconds in zip(sixteens.tolist(), _steps(8, 0, sixteens, 0.1).tolist(),
-                              strict=True):
-        measurement.add(count, seconds, requests=16 - count % 3)
-    assert "measured over 132 steps" in said[-1]
+    _, said, measurement, rng = _fed(8, [2, 4, 8, 16, 32], seed=6)
+    _feed(measurement, rng.choice([16, 24, 32], 32), 8, lambda count: 16 - count % 3, 0.1)
+    assert "measured over 232 steps" in said[-1]
