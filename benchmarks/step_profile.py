@@ -133,8 +133,7 @@ def profile(method: str, prompts: int, offset: int, max_tokens: int,
         tokens += sum(len(t) for t in stepping.result().tokens)
     wall = time.perf_counter() - start
     return {"method": method, "dataset": dataset, "batch_size": batch_size, "tokens": tokens,
-            "steps": steps,
-            "tokens_per_step": tokens / steps,
+            "steps": steps, "tokens_per_step": tokens / steps,
             "ms_per_step": 1000 * wall / steps,
             "components_ms_per_step": {k: 1000 * v / steps for k, v in timers.seconds.items()},
             "forward_ms_by_drafts": forward_ms_by_drafts(timers.decode_steps),

@@ -181,14 +181,14 @@ def _fed(knee: float, counts: list[int], seed: int, requests: int = 1
     return cost, said, measurement, rng
 
 
-def _feed(measurement: CostMeasurement, tokens: np.ndarray, knee: float, requests,
-          noise: float = 0.02) -> None:
-    """Steps at ``tokens`` on a curve of ``knee`` (floor 0); ``requests``: a count or a
-    function of the step's tokens."""
-    for count, seconds in zip(tokens.tolist(), _steps(knee, 0, tokens, noise).tolist(),
-                              strict=True):
-        measurement.add(count, seconds, requests=requests(count) if callable(requests)
-                        else requests)
+def _feed(measurement: CostMeasurement, tokens: np.ndarray, knee: float,
+          requests: int | np.ndarray, noise: float = 0.02) -> None:
+    """Steps at ``tokens`` on a curve of ``knee`` (floor 0), of ``requests`` requests (one
+    count, or each step's)."""
+    for count, seconds, batch in zip(tokens.tolist(), _steps(knee, 0, tokens, noise).tolist(),
+                                     np.broadcast_to(requests, tokens.shape).tolist(),
+                                     strict=True):
+        measurement.add(count, seconds, requests=batch)
 
 
 def test_a_change_of_batch_size_brings_early_fits_of_the_nearby_steps():
@@ -209,5 +209,6 @@ def test_nearby_steps_in_too_few_bins_do_not_replace_the_fit_of_all():
     """Noisy batch-16 steps at three token counts fit a line and a part per request exactly
     (any three would): that is no fit of their own, and the fit of all steps is taken."""
     _, said, measurement, rng = _fed(8, [2, 4, 8, 16, 32], seed=6)
-    _feed(measurement, rng.choice([16, 24, 32], 32), 8, lambda count: 16 - count % 3, 0.1)
+    sixteens = rng.choice([16, 24, 32], 32)
+    _feed(measurement, sixteens, 8, 16 - sixteens % 3, 0.1)
     assert "measured over 232 steps" in said[-1]

@@ -195,8 +195,8 @@ class CostMeasurement:
         self.fits: list[Fit] = []
         self._since_fit = 0
         self._early = {n for n in FIRST_FITS if n < refit_every}
-        #: the batch size the current range is centred on, and its timed steps so far
-        self._regime: int | None = None
+        #: the batch size the current range is centred on (0: none yet), its timed steps
+        self._regime = 0
         self._in_regime = 0
         self._dropped = 0
         self._last_reason = ""
@@ -215,7 +215,7 @@ class CostMeasurement:
             self._dropped += 1
             return
         self.samples.append((int(query_tokens), float(seconds), int(requests)))
-        if self._regime is None or not self._near(np.float64(requests)):
+        if not self._near(requests):
             self._regime, self._in_regime = int(requests), 0
         self._since_fit += 1
         self._in_regime += 1
@@ -225,24 +225,25 @@ class CostMeasurement:
         elif self._in_regime in self._early:  # (the regular fits keep their own count)
             self.refit(quiet=True)
 
-    def _near(self, requests: np.ndarray) -> np.ndarray:
-        """Whether each batch size is in the current range (:data:`REGIME`)."""
-        regime = self._regime or 1
-        return (requests * REGIME >= regime) & (requests <= regime * REGIME)
+    def _near(self, requests: int | np.ndarray) -> bool | np.ndarray:
+        """Whether the batch size (each, of an array) is in the current range
+        (:data:`REGIME`)."""
+        return (requests * REGIME >= self._regime) & (requests <= self._regime * REGIME)
 
     def refit(self, quiet: bool = False) -> Fit | None:
         """Fit the samples; a fit is taken and logged, none is logged with why (unless
         ``quiet``: an early try, before the steps could span the token counts)."""
         tokens, seconds, requests = np.array(self.samples, dtype=np.float64).T
-        near = self._near(requests)
-        found: Fit | str = "no nearby steps"
-        if near.any() and not near.all():  # the nearby steps' own fit, else all steps'
-            found = fit_step_cost(tokens[near], seconds[near], requests[near],
-                                  REGIME_MIN_BINS)
-        if isinstance(found, Fit):
-            fitted = int(near.sum())
-        else:
-            found, fitted = fit_step_cost(tokens, seconds, requests), len(tokens)
+        near = self._near(requests)  # (the last step's range: never empty)
+        found: Fit | str | None = None
+        fitted = len(tokens)
+        if not near.all():  # the nearby steps' own fit, else all steps'
+            nearby = fit_step_cost(tokens[near], seconds[near], requests[near],
+                                   REGIME_MIN_BINS)
+            if isinstance(nearby, Fit):
+                found, fitted = nearby, int(near.sum())
+        if found is None:
+            found = fit_step_cost(tokens, seconds, requests)
         if isinstance(found, str):
             if not quiet and found != self._last_reason:
                 self._last_reason = found
