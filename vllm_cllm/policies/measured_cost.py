@@ -235,15 +235,13 @@ class CostMeasurement:
         ``quiet``: an early try, before the steps could span the token counts)."""
         tokens, seconds, requests = np.array(self.samples, dtype=np.float64).T
         near = self._near(requests)  # (the last step's range: never empty)
-        found: Fit | str | None = None
-        fitted = len(tokens)
-        if not near.all():  # the nearby steps' own fit, else all steps'
-            nearby = fit_step_cost(tokens[near], seconds[near], requests[near],
-                                   REGIME_MIN_BINS)
-            if isinstance(nearby, Fit):
-                found, fitted = nearby, int(near.sum())
-        if found is None:
-            found = fit_step_cost(tokens, seconds, requests)
+        # the nearby steps' own fit where some steps lie outside their range, else all steps'
+        nearby = None if near.all() else fit_step_cost(
+            tokens[near], seconds[near], requests[near], REGIME_MIN_BINS)
+        if isinstance(nearby, Fit):
+            found, fitted = nearby, int(near.sum())
+        else:
+            found, fitted = fit_step_cost(tokens, seconds, requests), len(tokens)
         if isinstance(found, str):
             if not quiet and found != self._last_reason:
                 self._last_reason = found
