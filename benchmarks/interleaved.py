@@ -23,7 +23,8 @@ earlier fit, on the CLLM demo (the base model); ``token-margin`` — adaptive k 
 against no speculation on the base model and the CLLM demo; ``ngram-candidate`` — adaptive k
 with and without the request's n-grams as a candidate, on both models; ``spec-path`` — adaptive
 k, the same engine under a cost model that never drafts, and vLLM's ``suffix``, against no
-speculation on the CLLM demo (what the speculative path costs by itself).
+speculation on the CLLM demo (what the speculative path costs by itself); ``drain`` — adaptive
+k with and without ``drain`` (in a draining batch only the last requests draft), on both models.
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ def adaptive_variants(model: str, variants: dict[str, dict[str, Any]]) -> Config
 EARLIER_FIT = {"knee=16 floor=25": {"knee_tokens": 16, "floor_tokens": 25}}
 #: Adaptive drafting without the request's n-grams as a candidate (the lookup and the tail).
 NO_NGRAM = {"no ngram candidate": {"ngram_candidate": False}}
+#: Adaptive drafting that drafts for every request in a batch that drains too.
+NO_DRAIN = {"no drain": {"drain": False}}
 #: The default per-token margin (``token_margin_pct``) against others.
 MARGINS = {f"margin={m}%": {"token_margin_pct": m} for m in (0, 60)}
 #: A cost model under which no draft pays (each query token costs the same, no fixed part):
@@ -106,6 +109,7 @@ PRESETS: dict[str, Configs] = {
     "both-models": {**adaptive_variants("base", {}), **adaptive_variants("cllm", {})},
     "ngram-candidate": {**adaptive_variants("base", NO_NGRAM),
                         **adaptive_variants("cllm", NO_NGRAM)},
+    "drain": {**adaptive_variants("base", NO_DRAIN), **adaptive_variants("cllm", NO_DRAIN)},
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
 }
 

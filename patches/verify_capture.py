@@ -8,9 +8,10 @@ call the original; other drafters are
 untouched.
 ``GPUModelRunner._update_states`` removes finished, aborted and preempted requests from the
 input batch; after it runs, our drafter drops state of every request no longer in the batch
-and learns which of the rest decode greedily (``InputBatch.greedy_reqs``) and how many tokens
+and learns which of the rest decode greedily (``InputBatch.greedy_reqs``), how many tokens
 the step scheduled (``SchedulerOutput.total_num_scheduled_tokens``, for the measured step
-cost).
+cost) and, for a new request, its prompt length and ``max_tokens`` (the runner's
+``CachedRequestState``, for a batch that drains).
 """
 
 from __future__ import annotations
@@ -47,10 +48,21 @@ def _wrap_update_states(original):
         if observer is not None:
             observer.retain_requests(set(self.input_batch.req_ids),
                                      set(self.input_batch.greedy_reqs),
-                                     scheduled_tokens=scheduler_output.total_num_scheduled_tokens)
+                                     scheduled_tokens=scheduler_output.total_num_scheduled_tokens,
+                                     output_limit=lambda req_id: _output_limit(self, req_id))
         return result
 
     return _update_states
+
+
+def _output_limit(runner: Any, req_id: str) -> tuple[int, int] | None:
+    """The request's prompt tokens and ``max_tokens`` (None where it has none)."""
+    state = runner.requests.get(req_id)
+    params = getattr(state, "sampling_params", None)
+    max_tokens = getattr(params, "max_tokens", None)
+    if state is None or max_tokens is None:
+        return None
+    return int(state.num_prompt_tokens), int(max_tokens)
 
 
 def patch_group() -> PatchGroup:
@@ -58,7 +70,7 @@ def patch_group() -> PatchGroup:
 
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.spec_decode import metadata
-    from vllm.v1.worker.gpu_input_batch import InputBatch
+    from vllm.v1.worker.gpu_input_batch import CachedRequestState, InputBatch
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     fields = getattr(metadata.SpecDecodeMetadata, "__dataclass_fields__", {})
@@ -74,6 +86,11 @@ def patch_group() -> PatchGroup:
              in getattr(SchedulerOutput, "__dataclass_fields__", {})),
             ("InputBatch.greedy_reqs",
              lambda: "self.greedy_reqs" in inspect.getsource(InputBatch.__init__)),
+            ("GPUModelRunner.requests of CachedRequestState(sampling_params, "
+             "num_prompt_tokens)",
+             lambda: "self.requests" in inspect.getsource(GPUModelRunner.__init__)
+             and "sampling_params" in getattr(CachedRequestState, "__dataclass_fields__", {})
+             and "self.num_prompt_tokens" in inspect.getsource(CachedRequestState)),
         ],
         wraps=[
             Wrap(GPUModelRunner, "_sample", _wrap_sample),

@@ -210,6 +210,15 @@ OPTIONS: tuple[Option, ...] = (
            doc="The lookup sees the request's own tokens too; without the n-gram candidate "
                "a step builds one candidate less per request: less host time per step, "
                "somewhat fewer tokens per verify step (docs/decisions.md)."),
+    Option("drain", bool, ("jacobi",), default=True,
+           only={"jacobi": _ADAPTIVE},
+           meaning="in a batch that drains, only the requests that end last draft where "
+                   "drafts cost time",
+           doc="A batch drains when its requests finish and none take their places (an "
+               "offline batch, the end of a run): the steps go on until its last request "
+               "ends, so a token gained by a request that ends earlier shortens no step. "
+               "Such requests then draft nothing where a draft token costs time (above the "
+               "cost model's floor); the others draft as usual (docs/decisions.md)."),
     Option("history_size", int, ("jacobi", "space"), low=0,
            high=lambda p: LOOKUPS[p.get("lookup") or "history"], default=_default_history,
            default_text={"jacobi": "1024 (`suffix`), 16 (`history`)", "space": "16"},
@@ -262,6 +271,7 @@ class ProposerOptions:
     mask_token_id: int | None
     measure_cost: bool
     ngram_candidate: bool
+    drain: bool
 
     @property
     def vllm_draft_tokens(self) -> int:

@@ -33,7 +33,9 @@ class VerifyStep:
     committed tokens so far, prompt included, are ``token_ids[i, :num_tokens[i]]``; it may
     draft up to ``rooms[i]`` tokens (0: none this step); ``greedy[i]`` says whether it decodes
     greedily. ``predictions`` are the target's predictions of the step just verified (None in
-    a step that was not captured, when the request ids are unknown too).
+    a step that was not captured, when the request ids are unknown too). ``remaining[i]``:
+    how many more tokens request ``i`` may commit before its ``max_tokens`` or the model's
+    length, where the batch drains (:mod:`vllm_cllm.core.flow`; None otherwise).
     """
 
     req_ids: list[str | None]
@@ -45,6 +47,7 @@ class VerifyStep:
     predictions: VerifyPredictions | None
     #: [B] how many tokens each request committed this step (``len(committed[i])``)
     num_committed: np.ndarray = field(default=None)  # type: ignore[assignment]
+    remaining: np.ndarray | None = None  # [B] int
     #: the requests with room, where the step's builder found them (else from ``rooms``)
     _drafting: list[int] | None = field(default=None, repr=False)
     #: the C module that writes token rows into grids (None: numpy; tests switch it)

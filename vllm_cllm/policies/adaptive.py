@@ -8,7 +8,8 @@ candidate is sized against the rest of the batch by the cost model
 (:func:`vllm_cllm.policies.cost_model.draft_lengths`). A request without a Jacobi tail (its
 last draft was accepted whole, or nothing was drafted) is offered a restart block, valued as
 the tail it buys. The cost model weighs what drafts would be accepted against what they
-cost at every batch size.
+cost at every batch size. In a batch that drains (:mod:`vllm_cllm.core.flow`) only the
+requests that end last draft where drafts cost time (:func:`drain_rooms`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,23 @@ from vllm_cllm.policies.fixed_order import gather
 #: (:meth:`Adaptive._draft_small`): below it the grid's fixed cost of some forty numpy calls
 #: outweighs what the grid saves per request.
 SMALL_STEP = 4
+
+
+def drain_rooms(step: VerifyStep, knee_tokens: float, floor_tokens: float) -> np.ndarray:
+    """[B] the draft tokens each request of ``step`` may take: its room, and where the batch
+    drains (``step.remaining`` set) and a draft token costs time (the step without drafts
+    already at or above the floor), none for a request that will end more than a draft's
+    width before the last one: a token it gains shortens no step of the batch, and buys back
+    only its own query token, which a draft token costs. The others draft as in a batch that
+    refills, at most what they may still commit (a conservative price: the last requests'
+    tokens shorten the run for all)."""
+    remaining = step.remaining
+    if remaining is None or len(step) < 2 or knee_tokens + len(step) * (
+            1 + SPEC_STEP_OVERHEAD_PER_REQUEST) < floor_tokens:
+        return step.rooms
+    slack = int(step.rooms.max(initial=0))
+    last = remaining >= int(remaining.max()) - slack
+    return np.where(last, np.minimum(step.rooms, np.maximum(remaining - 1, 0)), 0)
 
 
 def best_candidate(values: dict[str, np.ndarray], knee_tokens: float, floor_tokens: float,
@@ -153,8 +171,10 @@ class Adaptive:
     part = "adaptive"
 
     def __init__(self, names: Sequence[str], cost: CostModel, token_margin: float,
-                 tail: str = "tail", restart: str = "restart") -> None:
+                 tail: str = "tail", restart: str = "restart", drain: bool = True) -> None:
         self.names = tuple(names)
+        #: whether only the requests that end last draft in a draining batch (drain_rooms)
+        self.drain = drain
         self.tail, self.restart = tail, restart
         self.cost, self.token_margin = cost, token_margin
         #: how often each kind of candidate token gets accepted
@@ -355,10 +375,15 @@ class Adaptive:
     def draft(self, step: VerifyStep, rows: Sequence[int], states: Sequence[RequestState],
               sources: Mapping[str, DraftSource]) -> list[np.ndarray]:
         outcomes = self.observe(step, rows, states)
-        if len(rows) <= SMALL_STEP:
-            return self._draft_small(step, rows, states, outcomes, sources)
+        all_rooms = drain_rooms(step, *self.cost.at(len(step))) if self.drain else step.rooms
         subset = step.rows_index(rows)
-        rooms = step.rooms if subset is None else step.rooms[subset]
+        rooms = all_rooms if subset is None else all_rooms[subset]
+        if all_rooms is not step.rooms and not rooms.any():
+            for outcome in outcomes:  # nothing to draft or record this step
+                outcome.batch = outcome.small = None
+            return [EMPTY] * len(rows)
+        if len(rows) <= SMALL_STEP:
+            return self._draft_small(step, rows, states, outcomes, sources, rooms)
         grid, sizes = candidate_grid(sources, self.names, step, rows, rooms, states)
         found = sizes.copy() if self.recorder is not None else sizes  # before restarts
         previous = np.fromiter((outcome.previous for outcome in outcomes), dtype=np.int64,
@@ -462,13 +487,15 @@ class Adaptive:
 
     def _draft_small(self, step: VerifyStep, rows: Sequence[int],
                      states: Sequence[RequestState], outcomes: list[Outcome],
-                     sources: Mapping[str, DraftSource]) -> list[np.ndarray]:
+                     sources: Mapping[str, DraftSource], rooms: np.ndarray
+                     ) -> list[np.ndarray]:
         """:meth:`draft` for a step of a few requests, in plain Python: the same votes,
         values (sequential products and sums, as numpy's cumprod and cumsum), choices and
-        sizing (:func:`draft_lengths_grid`'s merge as a sort of the same keys), to the bit."""
+        sizing (:func:`draft_lengths_grid`'s merge as a sort of the same keys), to the bit.
+        ``rooms``: each request's room (of ``rows``)."""
         knee, floor = self.cost.at(len(step))
         table = self.acceptance
-        lengths = [int(step.rooms[i]) for i in rows]
+        lengths = rooms.tolist()
         candidates = gather(sources, self.names, step, rows, lengths, states)
         names, tail = self.names, self._tail
         _, positions, num_votes, num_previous = table.trials.shape

@@ -4,7 +4,9 @@ vLLM builds ``Class(vllm_config)`` in each worker. The worker patches
 (:mod:`vllm_cllm.patches.worker`) then make three calls per step, in this order:
 
 1. :meth:`retain_requests` after the model runner updated its input batch: the live requests
-   (others finished, were aborted or preempted, and are released) and the greedy ones;
+   (others finished, were aborted or preempted, and are released), the greedy ones and how
+   to look up a new request's output limit (whether the batch drains:
+   :mod:`vllm_cllm.core.flow`);
 2. :meth:`observe_verification` with the verify step's logits, before sampling: the target's
    predictions at every draft position (the capture, below) and the batch's request ids;
 3. :meth:`propose`, vLLM's own call: the committed tokens of each request; it builds the
@@ -22,11 +24,13 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 
 from vllm_cllm.core.drafter import Drafter
+from vllm_cllm.core.flow import BatchFlow
 from vllm_cllm.core.predictions import PendingPredictions, VerifyPredictions
 from vllm_cllm.options import ProposerOptions, options_from_vllm_config
 
@@ -72,6 +76,9 @@ class SelfDraftingProposer:
         self._step: tuple[float, int] | None = None
         self._timed: tuple[int, float, float, int] | None = None
         self._live: set[str] = set()
+        #: whether the batch drains, and each live request's (prompt tokens, max_tokens)
+        self.flow = BatchFlow()
+        self._limits: dict[str, tuple[int, int]] = {}
         self.predictions: VerifyPredictions | PendingPredictions | None = None
         self.captured_steps = 0  # verify steps whose predictions were captured
         self.greedy: set[str] = set()  # requests of the current batch that decode greedily
@@ -85,9 +92,13 @@ class SelfDraftingProposer:
 
     def retain_requests(self, live_req_ids: set[str],
                         greedy_req_ids: set[str] | None = None,
-                        scheduled_tokens: int | None = None) -> None:
+                        scheduled_tokens: int | None = None,
+                        output_limit: Callable[[str], tuple[int, int] | None] | None = None
+                        ) -> None:
         """A new step begins: last step's capture is spent, and every request not in
-        ``live_req_ids`` is released; the step schedules ``scheduled_tokens`` tokens."""
+        ``live_req_ids`` is released; the step schedules ``scheduled_tokens`` tokens;
+        ``output_limit(req_id)``: a new request's prompt tokens and ``max_tokens`` (None:
+        unknown)."""
         self.predictions = None
         now = time.perf_counter()
         if self._timed is not None and self.drafter.cost_measurement is not None:
@@ -97,6 +108,15 @@ class SelfDraftingProposer:
             rest = now - predicted if not live_req_ids.isdisjoint(self._live) else None
             self.drafter.cost_measurement.add(tokens, forward, rest, requests)
         self._timed = None
+        joined, finished = self.flow.update(self._live, live_req_ids)
+        if finished and self._limits:
+            for req_id in [r for r in self._limits if r not in live_req_ids]:
+                del self._limits[req_id]
+        if output_limit is not None:
+            for req_id in joined:
+                limit = output_limit(req_id)
+                if limit is not None:
+                    self._limits[req_id] = limit
         self._live = live_req_ids
         self._step = (now, scheduled_tokens) if scheduled_tokens else None
         self.greedy = greedy_req_ids or set()
@@ -167,7 +187,19 @@ class SelfDraftingProposer:
         step = VerifyStep.from_vllm(sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
                                     predictions, self.greedy, self.block_len,
                                     self.max_model_len)
+        if self.flow.draining and self._limits and len(step) > 1:
+            step.remaining = self._remaining(step)
         return [draft.tolist() for draft in self.drafter.propose(step)]
+
+    def _remaining(self, step: Any) -> np.ndarray:
+        """[B] the tokens each request of ``step`` may still commit (its ``max_tokens`` past
+        its prompt, at most up to the model's length; unknown: the model's length)."""
+        limits, length = self._limits.get, self.max_model_len
+        ends = np.array([limits(r) or (0, length) for r in step.req_ids],  # type: ignore[arg-type]
+                        dtype=np.int64).reshape(-1, 2)
+        ends[:, 1] += ends[:, 0]
+        done = np.maximum(step.num_tokens, ends[:, 0])  # past the prompt, even in prefill
+        return np.minimum(np.minimum(ends[:, 1], length) - done, length - step.num_tokens)
 
     # -- vLLM's other calls -----------------------------------------------------------------
 
@@ -187,7 +219,7 @@ class SelfDraftingProposer:
 
     def tracked_requests(self) -> set[str]:
         """Requests the proposer holds anything for (tests use it to prove nothing leaks)."""
-        held = self.drafter.table.ids()
+        held = self.drafter.table.ids() | set(self._limits)
         if self.predictions is not None:
             held.update(self.predictions.req_ids)
         return held
