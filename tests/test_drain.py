@@ -112,7 +112,7 @@ def test_the_output_limits_are_released_with_their_requests():
     proposer = jacobi(k=4, max_model_len=600, knee_tokens=24, floor_tokens=0)
     limits = {"a": (8, 100), "b": (8, 400), "c": (8, 400)}
     _run(proposer, limits, [["a", "b", "c"]] * 2 + [["a", "b"]])
-    assert set(proposer._limits) == {"a", "b"}
+    assert {r for r, state in proposer.drafter.table.items() if state.limit} == {"a", "b"}
     proposer.retain_requests(set())
     assert proposer.tracked_requests() == set()
 

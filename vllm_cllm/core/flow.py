@@ -31,15 +31,14 @@ class BatchFlow:
         self._open = 0
         self._waited = 0
 
-    def update(self, previous: set[str], live: set[str]) -> tuple[list[str], int]:
-        """A new step runs ``live`` after one that ran ``previous``: the requests new in it
-        (to look up once) and how many of ``previous`` left."""
-        joined = [r for r in live if r not in previous] if len(live) != len(previous) or \
-            live != previous else []
+    def update(self, previous: set[str], live: set[str]) -> set[str]:
+        """A new step runs ``live`` after one that ran ``previous``; the requests new in it
+        (to look up once)."""
+        joined = live - previous
         finished = len(previous) - (len(live) - len(joined))
         if len(joined) == len(live):  # nothing carried over: a fresh batch (or none)
             self._open = self._waited = 0
-            return joined, len(previous)
+            return joined
         if joined and self._open:
             self.draining = False
             self._open = self._waited = 0
@@ -51,4 +50,4 @@ class BatchFlow:
             self._waited += 1
             if self._waited > REFILL_STEPS:
                 self.draining = True
-        return joined, finished
+        return joined

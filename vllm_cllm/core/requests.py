@@ -25,6 +25,9 @@ class RequestState:
     parts: dict[str, Any] = field(default_factory=dict)
     #: draft tokens proposed for it last step
     last_drafted: int = 0
+    #: (its prompt's tokens, the context length at which it stops: prompt + ``max_tokens``,
+    #: at most the model's length), where vLLM says (a batch that drains: core/flow.py)
+    limit: tuple[int, int] | None = None
 
 
 class ReleaseListener(Protocol):

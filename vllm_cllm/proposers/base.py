@@ -76,9 +76,8 @@ class SelfDraftingProposer:
         self._step: tuple[float, int] | None = None
         self._timed: tuple[int, float, float, int] | None = None
         self._live: set[str] = set()
-        #: whether the batch drains, and each live request's (prompt tokens, max_tokens)
+        #: whether the batch drains (each request's limit: its state in the request table)
         self.flow = BatchFlow()
-        self._limits: dict[str, tuple[int, int]] = {}
         self.predictions: VerifyPredictions | PendingPredictions | None = None
         self.captured_steps = 0  # verify steps whose predictions were captured
         self.greedy: set[str] = set()  # requests of the current batch that decode greedily
@@ -108,15 +107,14 @@ class SelfDraftingProposer:
             rest = now - predicted if not live_req_ids.isdisjoint(self._live) else None
             self.drafter.cost_measurement.add(tokens, forward, rest, requests)
         self._timed = None
-        joined, finished = self.flow.update(self._live, live_req_ids)
-        if finished and self._limits:
-            for req_id in [r for r in self._limits if r not in live_req_ids]:
-                del self._limits[req_id]
+        joined = self.flow.update(self._live, live_req_ids)
         if output_limit is not None:
             for req_id in joined:
                 limit = output_limit(req_id)
-                if limit is not None:
-                    self._limits[req_id] = limit
+                if limit is not None:  # kept in its state, released with it
+                    prompt, max_tokens = limit
+                    self.drafter.table.open(req_id, []).limit = (
+                        prompt, min(prompt + max_tokens, self.max_model_len))
         self._live = live_req_ids
         self._step = (now, scheduled_tokens) if scheduled_tokens else None
         self.greedy = greedy_req_ids or set()
@@ -187,19 +185,19 @@ class SelfDraftingProposer:
         step = VerifyStep.from_vllm(sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
                                     predictions, self.greedy, self.block_len,
                                     self.max_model_len)
-        if self.flow.draining and self._limits and len(step) > 1:
+        if self.flow.draining and len(step) > 1:
             step.remaining = self._remaining(step)
         return [draft.tolist() for draft in self.drafter.propose(step)]
 
-    def _remaining(self, step: Any) -> np.ndarray:
-        """[B] the tokens each request of ``step`` may still commit (its ``max_tokens`` past
-        its prompt, at most up to the model's length; unknown: the model's length)."""
-        limits, length = self._limits.get, self.max_model_len
-        ends = np.array([limits(r) or (0, length) for r in step.req_ids],  # type: ignore[arg-type]
-                        dtype=np.int64).reshape(-1, 2)
-        ends[:, 1] += ends[:, 0]
-        done = np.maximum(step.num_tokens, ends[:, 0])  # past the prompt, even in prefill
-        return np.minimum(np.minimum(ends[:, 1], length) - done, length - step.num_tokens)
+    def _remaining(self, step: Any) -> np.ndarray | None:
+        """[B] the tokens each request of ``step`` may still commit, past its prompt even in
+        prefill (unknown: up to the model's length); None where no request's limit is known."""
+        get, unknown = self.drafter.table.get, (0, self.max_model_len)
+        limits = [(state.limit if (state := get(r)) is not None else None) for r in step.req_ids]
+        if not any(limits):
+            return None
+        spans = np.array([limit or unknown for limit in limits], dtype=np.int64)
+        return spans[:, 1] - np.maximum(step.num_tokens, spans[:, 0])
 
     # -- vLLM's other calls -----------------------------------------------------------------
 
@@ -219,7 +217,7 @@ class SelfDraftingProposer:
 
     def tracked_requests(self) -> set[str]:
         """Requests the proposer holds anything for (tests use it to prove nothing leaks)."""
-        held = self.drafter.table.ids() | set(self._limits)
+        held = self.drafter.table.ids()
         if self.predictions is not None:
             held.update(self.predictions.req_ids)
         return held
