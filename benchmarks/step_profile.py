@@ -38,6 +38,10 @@ SPECS: dict[str, dict[str, Any] | None] = {
     "suffix": SUFFIX_SPEC,
     "jacobi": {"method": "jacobi", "num_speculative_tokens": 15},  # the default: adaptive
     "jacobi fixed k": {"method": "jacobi", "num_speculative_tokens": 15, "adaptive": False},
+    # the proposer and the speculative path without drafts (a margin no draft clears at a
+    # batch whose tokens fill the step): what drafting must pay back
+    "jacobi no drafts": {"method": "jacobi", "num_speculative_tokens": 15,
+                         "token_margin_pct": 1000},
     # the GPU cost model, unmeasured: drafts of every size at any batch on this CPU
     "jacobi gpu costs": {"method": "jacobi", "num_speculative_tokens": 15,
                          "knee_tokens": 256, "floor_tokens": 0},

@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 
 import numpy as np
+import pytest
 
 from vllm_cllm.policies.acceptance import TokenAcceptance, _add_ones, add_ones_scalar
 from vllm_cllm.policies.adaptive import best_candidate, best_candidates
@@ -295,3 +296,36 @@ def test_a_shadow_is_decided_as_the_grid_rule_decides_it():
                                              (lengths <= n)))
         shadow = Shadow.of(grid, np.zeros_like(grid), 0)
         assert shadow.decided(known.tolist()) == expected
+
+
+def test_suffix_lookup_without_room_keeps_the_trees_as_the_caches_own_calls_do():
+    """A request in its trees with no room (a draining batch's early finisher) is added to
+    them by the direct calls without a lookup: the same drafts, levels and trees as the
+    cache's own methods (the general path) give, step by step."""
+    pytest.importorskip("arctic_inference")
+    from fakes import step
+
+    from vllm_cllm.core.requests import RequestState
+    from vllm_cllm.sources.suffix_trees import SuffixTrees
+
+    direct, general = SuffixTrees(max_cached=4), SuffixTrees(max_cached=4)
+    if direct._native is None:
+        pytest.skip("this arctic-inference keeps its trees elsewhere")
+    general._native = None
+    rng = np.random.default_rng(12)
+    texts = [rng.integers(0, 4, 400).tolist() for _ in range(3)]
+    ends = [int(rng.integers(5, 20)) for _ in texts]
+    states = ([RequestState() for _ in texts], [RequestState() for _ in texts])
+    for _ in range(60):
+        committed = [int(rng.integers(1, 4)) for _ in texts]
+        ends = [e + c for e, c in zip(ends, committed, strict=True)]
+        made = step([t[:e] for t, e in zip(texts, ends, strict=True)],
+                    [t[e - c:e] for t, e, c in zip(texts, ends, committed, strict=True)])
+        lengths = rng.integers(0, 6, len(texts)) * (rng.random(len(texts)) < 0.6)
+        rows = list(range(len(texts)))
+        found = [trees.propose(made, rows, lengths.tolist(), mine)["suffix"]
+                 for trees, mine in zip((direct, general), states, strict=True)]
+        for a, b in zip(*found, strict=True):
+            assert a.tolist() == b.tolist()
+        assert direct.levels(states[0])[0].tolist() == general.levels(states[1])[0].tolist()
+        assert direct.levels(states[0])[1].tolist() == general.levels(states[1])[1].tolist()

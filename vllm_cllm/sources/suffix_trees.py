@@ -162,16 +162,14 @@ class SuffixTrees:
         for i, n, end, state in zip(rows, lengths, ends, states, strict=True):
             req_id = req_ids[i]
             record: _InTree | None = state.parts.get(part)
-            if req_id is None or record is None or n <= 0 or record.local is None:
+            if req_id is None or record is None or record.local is None:
                 append(self._general(step, i, n, state))
                 continue
-            # a request in its trees drafting: SuffixDecodingCache.add_active_response and
-            # .speculate, unwrapped (the same calls, without the checks and result copies)
+            # a request in its trees: SuffixDecodingCache.add_active_response and, where it
+            # may draft, .speculate, unwrapped (the same calls, without the checks and result
+            # copies)
             seen, local, global_tree = record.seen, record.local, record.global_tree
             row = token_ids[i]
-            context = row[end - TREE_DEPTH if end > TREE_DEPTH else 0:end]
-            if not as_is:
-                context = np.ascontiguousarray(context, dtype=np.int32)
             if end > seen:
                 tokens = row[seen:end]
                 if not as_is:
@@ -182,6 +180,13 @@ class SuffixTrees:
                 if seq_id is not None:
                     extend(global_tree, seq_id, tokens)
             record.seen = end
+            if n <= 0:  # no room (e.g. a draining batch's early finishers): nothing to look up
+                record.level = record.backed = 0
+                append([])
+                continue
+            context = row[end - TREE_DEPTH if end > TREE_DEPTH else 0:end]
+            if not as_is:
+                context = np.ascontiguousarray(context, dtype=np.int32)
             best = speculate(local, context, n, factor, offset, min_prob, False)
             if global_tree is not None:  # (an empty global tree drafts nothing)
                 other = speculate(global_tree, context, n, factor, offset, min_prob, False)
