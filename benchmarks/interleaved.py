@@ -42,6 +42,7 @@ from vllm_cllm.bench.measure import WARMUP_PROMPT
 from vllm_cllm.bench.suite import (
     DATASETS,
     MODELS,
+    NEVER_DRAFTING,
     NGRAM_SPEC,
     SUFFIX_SPEC,
     BenchPlan,
@@ -81,9 +82,8 @@ NO_NGRAM = {"no ngram candidate": {"ngram_candidate": False}}
 NO_DRAIN = {"no drain": {"drain": False}}
 #: The default per-token margin (``token_margin_pct``) against others.
 MARGINS = {f"margin={m}%": {"token_margin_pct": m} for m in (0, 60)}
-#: A cost model under which no draft pays (each query token costs the same, no fixed part):
-#: the speculative path's own cost, with nothing drafted.
-NEVER = {"never drafting": {"knee_tokens": 1, "floor_tokens": 0}}
+#: A cost model under which no draft pays: the speculative path's own cost.
+NEVER = {"never drafting": NEVER_DRAFTING}
 
 
 PRESETS: dict[str, Configs] = {

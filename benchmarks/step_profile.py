@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vllm_cllm.bench.suite import DATASETS, SUFFIX_SPEC
+from vllm_cllm.bench.suite import DATASETS, NEVER_DRAFTING, SUFFIX_SPEC
 
 FORWARD = "forward (execute_model)"
 #: Printed in this order; the indented ones are parts of the one above them.
@@ -38,10 +38,8 @@ SPECS: dict[str, dict[str, Any] | None] = {
     "suffix": SUFFIX_SPEC,
     "jacobi": {"method": "jacobi", "num_speculative_tokens": 15},  # the default: adaptive
     "jacobi fixed k": {"method": "jacobi", "num_speculative_tokens": 15, "adaptive": False},
-    # the proposer and the speculative path without drafts (a margin no draft clears at a
-    # batch whose tokens fill the step): what drafting must pay back
-    "jacobi no drafts": {"method": "jacobi", "num_speculative_tokens": 15,
-                         "token_margin_pct": 1000},
+    # the proposer and the speculative path without drafts: what drafting must pay back
+    "jacobi no drafts": {"method": "jacobi", "num_speculative_tokens": 15, **NEVER_DRAFTING},
     # the GPU cost model, unmeasured: drafts of every size at any batch on this CPU
     "jacobi gpu costs": {"method": "jacobi", "num_speculative_tokens": 15,
                          "knee_tokens": 256, "floor_tokens": 0},

@@ -31,6 +31,9 @@ DATASETS = ("gsm", "humaneval", "mtbench", "sharegpt")
 NGRAM_SPEC = {"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_min": 2,
               "prompt_lookup_max": 4}
 SUFFIX_SPEC = {"method": "suffix", "num_speculative_tokens": 16}
+#: ``jacobi`` options of a cost model under which no draft pays from batch 2 up (each query
+#: token costs the same, no fixed part): the speculative path's own cost, nothing drafted.
+NEVER_DRAFTING = {"knee_tokens": 1, "floor_tokens": 0}
 
 
 @dataclass(frozen=True)

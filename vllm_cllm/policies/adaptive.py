@@ -378,7 +378,7 @@ class Adaptive:
         all_rooms = drain_rooms(step, *self.cost.at(len(step))) if self.drain else step.rooms
         subset = step.rows_index(rows)
         rooms = all_rooms if subset is None else all_rooms[subset]
-        if all_rooms is not step.rooms and not rooms.any():
+        if not rooms.any():  # (a drafting request has room unless drain_rooms took it)
             for outcome in outcomes:  # nothing to draft or record this step
                 outcome.batch = outcome.small = None
             return [EMPTY] * len(rows)
