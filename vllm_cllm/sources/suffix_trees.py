@@ -125,6 +125,10 @@ class SuffixTrees:
         #: version 0.3 keeps them: a drafting request then calls them directly (the same
         #: calls in the same order, without the per-call checks and result copies)
         self._native = _native_trees(self.shared)
+        #: the last :meth:`_drafts` call's ``states`` and each one's level and backed tokens
+        #: as it left them, which :meth:`levels` hands out for that same list (the policy asks
+        #: right after the lookups) instead of reading every record again
+        self._last_levels: tuple[Sequence[RequestState], list[int], list[int]] | None = None
 
     def propose(self, step: VerifyStep, rows: Sequence[int], lengths: Sequence[int],
                 states: Sequence[RequestState]) -> Candidates:
@@ -151,6 +155,9 @@ class SuffixTrees:
         it: a list of token ids."""
         found: list[list[int]] = []
         append = found.append
+        self._last_levels = None
+        levels: list[int] = []
+        backed: list[int] = []
         req_ids, token_ids = step.req_ids, step.token_ids
         subset = step.rows_index(rows)
         ends = (step.num_tokens if subset is None else step.num_tokens[subset]).tolist()
@@ -164,6 +171,9 @@ class SuffixTrees:
             record: _InTree | None = state.parts.get(part)
             if req_id is None or record is None or record.local is None:
                 append(self._general(step, i, n, state))
+                record = state.parts.get(part)
+                levels.append(record.level if record is not None else 0)
+                backed.append(record.backed if record is not None else 0)
                 continue
             # a request in its trees: SuffixDecodingCache.add_active_response and, where it
             # may draft, .speculate, unwrapped (the same calls, without the checks and result
@@ -182,6 +192,8 @@ class SuffixTrees:
             record.seen = end
             if n <= 0:  # no room (e.g. a draining batch's early finishers): nothing to look up
                 record.level = record.backed = 0
+                levels.append(0)
+                backed.append(0)
                 append([])
                 continue
             context = row[end - TREE_DEPTH if end > TREE_DEPTH else 0:end]
@@ -192,9 +204,12 @@ class SuffixTrees:
                 other = speculate(global_tree, context, n, factor, offset, min_prob, False)
                 if other.score > best.score:
                     best = other
-            record.level, record.backed = match_level(best.match_len), \
-                backed_tokens(best.probs)
+            level, at = match_level(best.match_len), backed_tokens(best.probs)
+            record.level, record.backed = level, at
+            levels.append(level)
+            backed.append(at)
             append(best.token_ids)
+        self._last_levels = (states, levels, backed)
         return found
 
     def _general(self, step: VerifyStep, i: int, n: int, state: RequestState) -> list[int]:
@@ -214,6 +229,7 @@ class SuffixTrees:
         A request seen for the first time (or again after preemption) starts with
         ``context[:first_output]`` as its prompt; later calls add what was committed since.
         """
+        self._last_levels = None  # (a record's level may change here)
         record: _InTree | None = state.parts.get(self.part)
         if record is None:
             cache = self.shared if greedy else self.private
@@ -245,6 +261,9 @@ class SuffixTrees:
         """Of each request's last lookup (``states``: theirs, in order): its level
         (:func:`match_level`; 0 without a lookup) and how many of its tokens are at it
         (the rest at 0)."""
+        last = self._last_levels
+        if last is not None and last[0] is states:  # what the lookups just left
+            return np.array(last[1], dtype=np.int64), np.array(last[2], dtype=np.int64)
         part = self.part
         records = [state.parts.get(part) for state in states]
         level = np.fromiter((r.level if r is not None else 0 for r in records),
