@@ -185,6 +185,9 @@ class Adaptive:
         #: per grid width, the cells of a restart block in the tail's slot: valued as the
         #: tail it buys, drafted after a miss and agreeing with nothing
         self._restart_cells: dict[int, np.ndarray] = {}
+        #: per row count: the slots that told levels and the [R, S] level and backed tables
+        #: (:meth:`_level_table`)
+        self._level_tables: dict[int, tuple[tuple[int, ...], np.ndarray, np.ndarray]] = {}
         #: logs each step's candidates where set (:mod:`vllm_cllm.policies.candidate_log`)
         self.recorder: CandidateLog | None = None
 
@@ -378,7 +381,7 @@ class Adaptive:
         all_rooms = drain_rooms(step, *self.cost.at(len(step))) if self.drain else step.rooms
         subset = step.rows_index(rows)
         rooms = all_rooms if subset is None else all_rooms[subset]
-        if not rooms.any():  # (a drafting request has room unless drain_rooms took it)
+        if not np.count_nonzero(rooms):  # (a drafting request has room unless drain took it)
             for outcome in outcomes:  # nothing to draft or record this step
                 outcome.batch = outcome.small = None
             return [EMPTY] * len(rows)
@@ -386,9 +389,9 @@ class Adaptive:
             return self._draft_small(step, rows, states, outcomes, sources, rooms)
         grid, sizes = candidate_grid(sources, self.names, step, rows, rooms, states)
         found = sizes.copy() if self.recorder is not None else sizes  # before restarts
-        previous = np.fromiter((outcome.previous for outcome in outcomes), dtype=np.int64,
-                               count=len(outcomes))
-        no_tail = sizes[:, self._tail] == 0  # offered a restart block instead
+        previous = np.array([outcome.previous for outcome in outcomes], dtype=np.int64)
+        tail = self._tail
+        tail_sizes = sizes[:, tail].tolist()  # 0: offered a restart block instead
         choose = self._choose_native if self.acceptance.native is not None else self._choose
         cells, values, best, sized = choose(step, grid, sizes, previous, subset, rooms,
                                             *self._level_table(sources, states, len(rows)))
@@ -399,10 +402,13 @@ class Adaptive:
         drafts = [EMPTY] * len(rows)
         restarts: list[int] = []  # restart blocks: drawn for the requests that draft them
         restart_sizes: list[int] = []
-        drafting = sized.nonzero()[0].tolist()
-        for j, s, n in zip(drafting, best[drafting].tolist(), sized[drafting].tolist(),
-                           strict=True):
-            if s == self._tail and no_tail[j]:
+        # (lists: a Python loop over a few scalars costs less than index arrays)
+        drafting = []
+        for j, (s, n) in enumerate(zip(best.tolist(), sized.tolist(), strict=True)):
+            if not n:
+                continue
+            drafting.append(j)
+            if s == tail and not tail_sizes[j]:
                 restarts.append(j)
                 restart_sizes.append(n)
             else:
@@ -571,8 +577,14 @@ class Adaptive:
         found = self._levels(sources, states)
         if not found:
             return None, None
-        level = np.zeros((num_rows, len(self.names)), dtype=np.int64)
-        backed = np.zeros((num_rows, len(self.names)), dtype=np.int64)
+        # one pair of tables per row count, reused: the same slots tell their levels every
+        # step (the others stay 0), and the tables are read within the step only
+        tables = self._level_tables.get(num_rows)
+        if tables is None or tables[0] != tuple(found):
+            shape = (num_rows, len(self.names))
+            tables = self._level_tables[num_rows] = (
+                tuple(found), np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64))
+        _, level, backed = tables
         for s, (mine, at) in found.items():
             level[:, s], backed[:, s] = mine, at
         return level, backed
