@@ -36,7 +36,8 @@ def candidate_grid(sources: Mapping[str, DraftSource], names: Sequence[str], ste
     """The candidates of ``names`` for requests ``rows`` (at most ``lengths[j]`` tokens each)
     as a [R, S, max(lengths)] grid, and their lengths [R, S]. Each source is asked once, in
     the order of ``names``, as :func:`vllm_cllm.policies.fixed_order.gather` asks them."""
-    grid = np.empty((len(rows), len(names), int(lengths.max())), dtype=np.int64)
+    # (the widest from a list: a ufunc reduction costs more than the list of a step's rows)
+    grid = np.empty((len(rows), len(names), max(lengths.tolist())), dtype=np.int64)
     grid.fill(-1)
     sizes = np.zeros((len(rows), len(names)), dtype=np.int64)
     slots = {name: s for s, name in enumerate(names)}

@@ -22,7 +22,15 @@ except ImportError:
 def every_row_in_order(rows: Sequence[int], count: int) -> bool:
     """Whether ``rows`` are 0..count-1 in order: a selection that is the whole thing, which
     needs no gather."""
-    return len(rows) == count and list(rows) == list(range(count))
+    if len(rows) != count:
+        return False
+    return (rows if isinstance(rows, list) else list(rows)) == _in_order(count)
+
+
+@cache
+def _in_order(count: int) -> list[int]:
+    """[0, 1, ..., count - 1] (cached: compared with, never changed)."""
+    return list(range(count))
 
 
 @dataclass
