@@ -188,6 +188,9 @@ class Adaptive:
         #: per row count: the slots that told levels and the [R, S] level and backed tables
         #: (:meth:`_level_table`)
         self._level_tables: dict[int, tuple[tuple[int, ...], np.ndarray, np.ndarray]] = {}
+        #: per (batch, width, knee, floor): the arguments of the native choice that depend on
+        #: those only (:meth:`_choose_native`)
+        self._choose_constants: dict[tuple[int, int, float, float], tuple] = {}
         #: logs each step's candidates where set (:mod:`vllm_cllm.policies.candidate_log`)
         self.recorder: CandidateLog | None = None
 
@@ -479,14 +482,22 @@ class Adaptive:
         best = np.empty(num_rows, dtype=np.int64)
         sized = np.empty(num_rows, dtype=np.int64)
         num_tokens = step.num_tokens if subset is None else step.num_tokens[subset]
+        key = (batch, width, knee, floor)
+        constants = self._choose_constants.get(key)
+        if constants is None:  # what depends on the step's shape and cost only
+            if len(self._choose_constants) >= 64:  # a measured cost moves: keep a few
+                self._choose_constants.clear()
+            constants = self._choose_constants[key] = (
+                table._base(self._rows, width), self._restart_block_cells(width),
+                draft_costs(width, knee, floor), 1.0 / step_cost(1, knee, floor),
+                batch_costs(batch, width, knee, floor))
+        base, restart_cells, costs, plain, step_costs = constants
         gain, cost = table.native.choose(
-            num_rows, num_slots, width, grid, sizes, previous, table._base(self._rows, width),
-            level, backed, self._restart_block_cells(width), self._tail,
-            np.ascontiguousarray(rooms, dtype=np.int64), num_tokens, table.counts,
-            LEVELS * num_previous, num_previous, MAX_VOTES,
-            draft_costs(width, knee, floor), 1.0 / step_cost(1, knee, floor),
-            1 + self.token_margin, batch, 1.0 / (1.0 + self.token_margin),
-            batch_costs(batch, width, knee, floor), cells, values, best, sized)
+            num_rows, num_slots, width, grid, sizes, previous, base, level, backed,
+            restart_cells, self._tail, np.ascontiguousarray(rooms, dtype=np.int64), num_tokens,
+            table.counts, LEVELS * num_previous, num_previous, MAX_VOTES, costs, plain,
+            1 + self.token_margin, batch, 1.0 / (1.0 + self.token_margin), step_costs, cells,
+            values, best, sized)
         if not beats_plain(gain, cost, batch, knee, floor):
             sized[:] = 0
         return cells, values, best, sized
