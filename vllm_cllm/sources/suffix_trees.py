@@ -31,9 +31,8 @@ from vllm_cllm.core.step import VerifyStep
 #: ``factor * match_length + offset`` tokens and stops at a token whose estimated probability
 #: falls below ``min_token_prob``. Looser than vLLM's ``suffix`` defaults (1.0, 0, 0.1): the
 #: adaptive policy (:mod:`vllm_cllm.policies.adaptive`) cuts what is unlikely, so the lookup
-#: offers more; a short match may offer up to 8 tokens past its length, which the policy
-#: keeps where the tokens' cells say they hold (docs/decisions.md).
-SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB = 1.0, 8.0, 0.05
+#: offers more.
+SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB = 1.0, 2.0, 0.05
 #: Tokens of context matched against the trees (vLLM's ``suffix_decoding_max_tree_depth``).
 TREE_DEPTH = 24
 
