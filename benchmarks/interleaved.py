@@ -24,7 +24,10 @@ against no speculation on the base model and the CLLM demo; ``ngram-candidate`` 
 with and without the request's n-grams as a candidate, on both models; ``spec-path`` — adaptive
 k, the same engine under a cost model that never drafts, and vLLM's ``suffix``, against no
 speculation on the CLLM demo (what the speculative path costs by itself); ``drain`` — adaptive
-k with and without ``drain`` (in a draining batch only the last requests draft), on both models.
+k with and without ``drain`` (in a draining batch only the last requests draft), on both models;
+``lookup-reach`` — adaptive k with the suffix-tree lookup offering up to 8 tokens past its
+match's length (``SPEC_OFFSET``, set in that engine's worker) against the shipped reach, beside
+vLLM's ``suffix``, on both models.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +90,15 @@ MARGINS = {f"margin={m}%": {"token_margin_pct": m} for m in (0, 60)}
 NEVER = {"never drafting": NEVER_DRAFTING}
 
 
+def lookup_reach_8() -> None:
+    """In an engine's worker: the suffix-tree lookup offers up to 8 tokens past its match."""
+    from vllm_cllm.sources import suffix_trees
+
+    suffix_trees.SPEC_OFFSET = 8.0
+
+
+REACH_8 = "jacobi adaptive offset=8"
+
 PRESETS: dict[str, Configs] = {
     "gsm-b1": {
         "base none": ("base", None),
@@ -111,7 +124,13 @@ PRESETS: dict[str, Configs] = {
                         **adaptive_variants("cllm", NO_NGRAM)},
     "drain": {**adaptive_variants("base", NO_DRAIN), **adaptive_variants("cllm", NO_DRAIN)},
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
+    "lookup-reach": {f"{m} {c}": (m, spec) for m in ("base", "cllm") for c, spec in (
+        ("none", None), ("suffix", SUFFIX_SPEC), ("jacobi adaptive k=15", ADAPTIVE),
+        (REACH_8, ADAPTIVE))},
 }
+#: Per preset, the engines whose worker runs a function before the engine is built.
+SETUPS: dict[str, dict[str, Callable[[], None]]] = {
+    "lookup-reach": {f"{m} {REACH_8}": lookup_reach_8 for m in ("base", "cllm")}}
 
 
 def summarise(rounds: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -164,7 +183,7 @@ def main() -> int:
                      f"rounds of {per_round} after an offset of {args.offset} need {need}")
     configs = {name: (dirs[model], spec) for name, (model, spec) in PRESETS[args.preset].items()}
     rounds: list[dict[str, dict[str, Any]]] = []
-    with EnginePool(configs) as pool:
+    with EnginePool(configs, SETUPS.get(args.preset)) as pool:
         for r in tqdm(range(args.rounds), desc="rounds"):
             group = {"batch_size": args.batch_size, "warmup": [WARMUP_PROMPT] * args.batch_size,
                      "prompts": prompts[r * per_round:(r + 1) * per_round]}

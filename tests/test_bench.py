@@ -187,6 +187,30 @@ def test_turn_order_varies_who_runs_first_and_who_follows_whom():
                                                             ["y", "x"], ["x", "y"]]
 
 
+_SET_UP: list[str] = []
+
+
+def _record_setup() -> None:
+    _SET_UP.append("set up")
+
+
+def test_an_engines_setup_runs_in_its_worker_before_the_engine_is_built(monkeypatch):
+    """A study's change for one engine (``EnginePool(setups=...)``) is in place when that
+    engine is built."""
+    from vllm_cllm.bench import engine_pool
+    from vllm_cllm.runtime import engine
+
+    built = []
+    monkeypatch.setattr(engine, "with_engine",
+                        lambda model, spec, use: built.append((model, list(_SET_UP))))
+    _SET_UP.clear()
+    engine_pool._serve(None, "m", None, _record_setup)
+    engine_pool._serve(None, "n", None)
+    assert built == [("m", ["set up"]), ("n", ["set up"])]
+    assert engine_pool.EnginePool({"a": ("m", None)}, {"a": _record_setup}).setups == {
+        "a": _record_setup}
+
+
 def test_each_round_starts_the_engines_in_another_order(monkeypatch, tmp_path):
     """Over as many rounds as configurations, each configuration's engine is started in
     every place once; the rows still come out in the configurations' order."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 from vllm_cllm.bench.measure import Group
@@ -30,12 +31,15 @@ KV_CACHE_GIB = "1"
 STEPS_PER_TURN = 4
 
 
-def _serve(conn: Any, model: str, spec: dict[str, Any] | None) -> None:
-    """Worker: build the engine, then obey the parent (:class:`EnginePool`) until ``None``:
-    ``start`` a group of prompts, ``advance`` it a few steps, send its ``row``. A ``jacobi``
-    engine keeps a candidate log in a file of its own, for its rows' oracle
-    (:mod:`vllm_cllm.bench.oracle`); no other engine keeps one."""
+def _serve(conn: Any, model: str, spec: dict[str, Any] | None,
+           setup: Callable[[], None] | None = None) -> None:
+    """Worker: run ``setup`` (if any), build the engine, then obey the parent
+    (:class:`EnginePool`) until ``None``: ``start`` a group of prompts, ``advance`` it a few
+    steps, send its ``row``. A ``jacobi`` engine keeps a candidate log in a file of its own,
+    for its rows' oracle (:mod:`vllm_cllm.bench.oracle`); no other engine keeps one."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)
+    if setup is not None:
+        setup()
     log = None
     if spec is not None and spec.get("method") == "jacobi":
         handle, log = tempfile.mkstemp(prefix="vllm-cllm-candidates-", suffix=".jsonl")
@@ -90,11 +94,14 @@ class EnginePool:
     """One process and engine per configuration name; :meth:`measure` runs a group on one.
 
     Use as a context manager: the engines are stopped on exit. Engines start one after
-    another (a start takes both cores).
+    another (a start takes both cores). ``setups`` maps a name to a module-level function its
+    worker runs before building the engine (a study's change of a constant, for one engine).
     """
 
-    def __init__(self, configs: dict[str, tuple[str, dict[str, Any] | None]]) -> None:
+    def __init__(self, configs: dict[str, tuple[str, dict[str, Any] | None]],
+                 setups: dict[str, Callable[[], None]] | None = None) -> None:
         self.configs = configs
+        self.setups = setups or {}
         self._conns: dict[str, Any] = {}
         self._procs: list[Any] = []
 
@@ -102,7 +109,8 @@ class EnginePool:
         ctx = mp.get_context("spawn")
         for name, (model, spec) in self.configs.items():
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_serve, args=(child, model, spec), daemon=True)
+            proc = ctx.Process(target=_serve, args=(child, model, spec, self.setups.get(name)),
+                               daemon=True)
             proc.start()
             self._procs.append(proc)
             self._conns[name] = parent
