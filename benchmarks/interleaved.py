@@ -97,7 +97,8 @@ def lookup_reach_8() -> None:
     suffix_trees.SPEC_OFFSET = 8.0
 
 
-REACH_8 = "jacobi adaptive offset=8"
+#: The lookup-reach variant's label: its engine runs :func:`lookup_reach_8` first.
+REACH_8 = "offset=8"
 
 PRESETS: dict[str, Configs] = {
     "gsm-b1": {
@@ -124,13 +125,12 @@ PRESETS: dict[str, Configs] = {
                         **adaptive_variants("cllm", NO_NGRAM)},
     "drain": {**adaptive_variants("base", NO_DRAIN), **adaptive_variants("cllm", NO_DRAIN)},
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
-    "lookup-reach": {f"{m} {c}": (m, spec) for m in ("base", "cllm") for c, spec in (
-        ("none", None), ("suffix", SUFFIX_SPEC), ("jacobi adaptive k=15", ADAPTIVE),
-        (REACH_8, ADAPTIVE))},
+    "lookup-reach": {k: v for m in ("base", "cllm") for k, v in {
+        **adaptive_variants(m, {REACH_8: {}}), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
 }
 #: Per preset, the engines whose worker runs a function before the engine is built.
 SETUPS: dict[str, dict[str, Callable[[], None]]] = {
-    "lookup-reach": {f"{m} {REACH_8}": lookup_reach_8 for m in ("base", "cllm")}}
+    "lookup-reach": {f"{m} jacobi adaptive {REACH_8}": lookup_reach_8 for m in ("base", "cllm")}}
 
 
 def summarise(rounds: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -4,6 +4,8 @@ tiny end-to-end run (two engines on the tiny model)."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -187,28 +189,49 @@ def test_turn_order_varies_who_runs_first_and_who_follows_whom():
                                                             ["y", "x"], ["x", "y"]]
 
 
-_SET_UP: list[str] = []
-
-
-def _record_setup() -> None:
-    _SET_UP.append("set up")
-
-
 def test_an_engines_setup_runs_in_its_worker_before_the_engine_is_built(monkeypatch):
-    """A study's change for one engine (``EnginePool(setups=...)``) is in place when that
-    engine is built."""
+    """A study's change for one engine (``EnginePool(setups=...)``) goes to that engine's
+    worker only, and is in place when the worker builds the engine."""
     from vllm_cllm.bench import engine_pool
     from vllm_cllm.runtime import engine
 
+    done: list[str] = []
     built = []
     monkeypatch.setattr(engine, "with_engine",
-                        lambda model, spec, use: built.append((model, list(_SET_UP))))
-    _SET_UP.clear()
-    engine_pool._serve(None, "m", None, _record_setup)
+                        lambda model, spec, use: built.append((model, list(done))))
+    engine_pool._serve(None, "m", None, lambda: done.append("set up"))
     engine_pool._serve(None, "n", None)
     assert built == [("m", ["set up"]), ("n", ["set up"])]
-    assert engine_pool.EnginePool({"a": ("m", None)}, {"a": _record_setup}).setups == {
-        "a": _record_setup}
+
+    started: dict[str, Any] = {}
+
+    class Conn:
+        def recv(self) -> str:
+            return "ready"
+
+        def send(self, message: Any) -> None:
+            pass
+
+    class Process:
+        def __init__(self, target: Any, args: tuple, daemon: bool) -> None:
+            started[args[1]] = args[3]
+
+        def start(self) -> None:
+            pass
+
+        def join(self, timeout: float) -> None:
+            pass
+
+        def is_alive(self) -> bool:
+            return False
+
+    context = SimpleNamespace(Process=Process, Pipe=lambda: (Conn(), Conn()))
+    monkeypatch.setattr(engine_pool.mp, "get_context", lambda method: context)
+    setup = done.clear
+    with engine_pool.EnginePool({"a": ("model a", None), "b": ("model b", None)},
+                                {"a": setup}):
+        pass
+    assert started == {"model a": setup, "model b": None}
 
 
 def test_each_round_starts_the_engines_in_another_order(monkeypatch, tmp_path):
