@@ -39,6 +39,24 @@ static Py_ssize_t occurrences(const int64_t *sorted, Py_ssize_t n, int64_t value
     return lo - first;
 }
 
+/* The ends e (n - 1 <= e <= length - 2, ascending) of the occurrences of the last n tokens
+ * of p[0..length) that a token follows, into ends; how many. One function per item type, so
+ * that the scan reads the buffer without a per-token branch on its width. */
+#define OCCURRENCE_ENDS(NAME, T)                                                           \
+    static Py_ssize_t NAME(const T *p, Py_ssize_t length, Py_ssize_t n, int64_t *ends) {     \
+        const T last = p[length - 1];                                                      \
+        Py_ssize_t count = 0;                                                              \
+        for (Py_ssize_t e = n - 1; e <= length - 2; e++) {                                 \
+            if (p[e] != last) continue;                                                    \
+            Py_ssize_t j = 1;                                                              \
+            while (j < n && p[e - j] == p[length - 1 - j]) j++;                            \
+            if (j == n) ends[count++] = e;                                                 \
+        }                                                                                  \
+        return count;                                                                      \
+    }
+OCCURRENCE_ENDS(occurrence_ends_i32, int32_t)
+OCCURRENCE_ENDS(occurrence_ends_i64, int64_t)
+
 /* ngram_starts over `length` tokens: 1 and the usual and latest starts, 0 where no suffix
  * n-gram occurred earlier, -1 when out of memory. `ends` has room for `length` entries. */
 static int starts(const Tokens *t, Py_ssize_t length, Py_ssize_t ngram_min,
@@ -47,12 +65,12 @@ static int starts(const Tokens *t, Py_ssize_t length, Py_ssize_t ngram_min,
     if (top < (ngram_min > 1 ? ngram_min : 1))
         return 0;
     Py_ssize_t n = ngram_min, num_ends = 0;
-    /* every earlier occurrence of the last n tokens that a token follows */
-    for (Py_ssize_t a = 0; a + n <= length - 1; a++) {
-        Py_ssize_t j = 0;
-        while (j < n && at(t, a + j) == at(t, length - n + j)) j++;
-        if (j == n) ends[num_ends++] = a + n - 1;
-    }
+    /* every earlier occurrence of the last n tokens that a token follows, in order of its
+     * end: a scan for the last token, each match checked backwards (the hot loop of a step) */
+    if (t->itemsize == 4)
+        num_ends = occurrence_ends_i32((const int32_t *)t->base, length, n, ends);
+    else
+        num_ends = occurrence_ends_i64((const int64_t *)t->base, length, n, ends);
     if (!num_ends)
         return 0;
     Py_ssize_t num_hits = num_ends;
