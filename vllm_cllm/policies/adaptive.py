@@ -291,9 +291,9 @@ class Adaptive:
 
     def _count_grid(self, step: VerifyStep, done: list[tuple[Shadow, np.ndarray]],
                     seen: list[tuple[int, Outcome]], undrafted: set[int]) -> None:
-        """Count, in one grid and in order, the decided shadows ``done`` (each with the tokens
-        committed since it) and then the records ``seen`` against what vLLM committed this
-        step, those of ``undrafted`` requests that become shadows (:meth:`_defer`) left out."""
+        """Count, in order, the decided shadows ``done`` (each with the tokens committed since
+        it) and then the records ``seen`` against what vLLM committed this step, those of
+        ``undrafted`` requests that become shadows (:meth:`_defer`) left out."""
         parts = []  # (grid, cells, known, num_known) of the shadows, then of the records
         if done:
             width = max(shadow.grid.shape[1] for shadow, _ in done)
@@ -333,16 +333,9 @@ class Adaptive:
             if seen:
                 known, num_known = step.committed_grid([i for i, _ in seen], grid.shape[2])
                 parts.append((grid, cells, known, num_known))
-        if len(parts) == 2:  # one grid, at the wider width
-            width = max(part[0].shape[2] for part in parts)
-            parts = [_widened(*part, width) for part in parts]
-            grid, cells, known, num_known = (np.concatenate(arrays)
-                                             for arrays in zip(*parts, strict=True))
-        elif parts:
-            grid, cells, known, num_known = parts[0]
-        else:
-            return
-        self.acceptance.observe_grid(cells, grid, known, num_known)
+        # counted request by request in order, so two grids in turn count as one would
+        for grid, cells, known, num_known in parts:
+            self.acceptance.observe_grid(cells, grid, known, num_known)
 
     def _count_small(self, step: VerifyStep, seen: list[tuple[int, Outcome]]) -> None:
         """:meth:`_count` request by request in Python (a few requests: cheaper than the
@@ -675,17 +668,6 @@ def _sized_small(step: VerifyStep, rows: Sequence[int], lengths: list[int],
         taken[j] = taken.get(j, 0) + 1
     return taken if beats_plain(gain, step_cost(tokens, knee, floor), batch, knee, floor) \
         else {}
-
-
-def _widened(grid: np.ndarray, cells: np.ndarray, known: np.ndarray, num_known: np.ndarray,
-             width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A count's arrays padded to ``width`` columns (no candidate token, nothing committed)."""
-    more = width - grid.shape[2]
-    if not more:
-        return grid, cells, known, num_known
-    return (np.pad(grid, ((0, 0), (0, 0), (0, more)), constant_values=-1),
-            np.pad(cells, ((0, 0), (0, 0), (0, more))),
-            np.pad(known, ((0, 0), (0, more)), constant_values=-2), num_known)
 
 
 def _record_width(outcome: Outcome) -> int:
