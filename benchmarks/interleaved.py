@@ -27,7 +27,8 @@ speculation on the CLLM demo (what the speculative path costs by itself); ``drai
 k with and without ``drain`` (in a draining batch only the last requests draft), on both models;
 ``lookup-reach`` — adaptive k with the suffix-tree lookup offering up to 8 tokens past its
 match's length (``SPEC_OFFSET``, set in that engine's worker) against the shipped reach, beside
-vLLM's ``suffix``, on both models.
+vLLM's ``suffix``, on both models; ``reach-vllm`` — the same with the lookup at vLLM
+``suffix``'s reach and minimum probability, on the base model.
 """
 
 from __future__ import annotations
@@ -97,8 +98,18 @@ def lookup_reach_8() -> None:
     suffix_trees.SPEC_OFFSET = 8.0
 
 
-#: The lookup-reach variant's label: its engine runs :func:`lookup_reach_8` first.
-REACH_8 = "offset=8"
+def lookup_reach_vllm() -> None:
+    """In an engine's worker: the suffix-tree lookup at vLLM ``suffix``'s reach (no token past
+    its match's length) and minimum probability (0.1)."""
+    from vllm_cllm.sources import suffix_trees
+
+    suffix_trees.SPEC_OFFSET = 0.0
+    suffix_trees.MIN_TOKEN_PROB = 0.1
+
+
+#: The lookup-reach variants' labels: their engines run :func:`lookup_reach_8` or
+#: :func:`lookup_reach_vllm` first.
+REACH_8, REACH_VLLM = "offset=8", "reach=vllm"
 
 PRESETS: dict[str, Configs] = {
     "gsm-b1": {
@@ -125,12 +136,15 @@ PRESETS: dict[str, Configs] = {
                         **adaptive_variants("cllm", NO_NGRAM)},
     "drain": {**adaptive_variants("base", NO_DRAIN), **adaptive_variants("cllm", NO_DRAIN)},
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
+    "reach-vllm": {**adaptive_variants("base", {REACH_VLLM: {}}),
+                   "base suffix": ("base", SUFFIX_SPEC)},
     "lookup-reach": {k: v for m in ("base", "cllm") for k, v in {
         **adaptive_variants(m, {REACH_8: {}}), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
 }
 #: Per preset, the engines whose worker runs a function before the engine is built.
 SETUPS: dict[str, dict[str, Callable[[], None]]] = {
-    "lookup-reach": {f"{m} jacobi adaptive {REACH_8}": lookup_reach_8 for m in ("base", "cllm")}}
+    "lookup-reach": {f"{m} jacobi adaptive {REACH_8}": lookup_reach_8 for m in ("base", "cllm")},
+    "reach-vllm": {f"base jacobi adaptive {REACH_VLLM}": lookup_reach_vllm}}
 
 
 def summarise(rounds: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
