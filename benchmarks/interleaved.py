@@ -28,7 +28,7 @@ k with and without ``drain`` (in a draining batch only the last requests draft),
 ``lookup-reach`` — adaptive k with the suffix-tree lookup offering up to 8 tokens past its
 match's length (``SPEC_OFFSET``, set in that engine's worker) against the shipped reach, beside
 vLLM's ``suffix``, on both models; ``reach-vllm`` — the same with the lookup at vLLM
-``suffix``'s reach and minimum probability, on the base model.
+``suffix``'s reach and minimum probability, on the base model (``reach-vllm-cllm``: the demo).
 """
 
 from __future__ import annotations
@@ -136,15 +136,17 @@ PRESETS: dict[str, Configs] = {
                         **adaptive_variants("cllm", NO_NGRAM)},
     "drain": {**adaptive_variants("base", NO_DRAIN), **adaptive_variants("cllm", NO_DRAIN)},
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
-    "reach-vllm": {**adaptive_variants("base", {REACH_VLLM: {}}),
-                   "base suffix": ("base", SUFFIX_SPEC)},
+    **{f"reach-vllm{tag}": {**adaptive_variants(m, {REACH_VLLM: {}}),
+                            f"{m} suffix": (m, SUFFIX_SPEC)}
+       for m, tag in (("base", ""), ("cllm", "-cllm"))},
     "lookup-reach": {k: v for m in ("base", "cllm") for k, v in {
         **adaptive_variants(m, {REACH_8: {}}), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
 }
 #: Per preset, the engines whose worker runs a function before the engine is built.
 SETUPS: dict[str, dict[str, Callable[[], None]]] = {
     "lookup-reach": {f"{m} jacobi adaptive {REACH_8}": lookup_reach_8 for m in ("base", "cllm")},
-    "reach-vllm": {f"base jacobi adaptive {REACH_VLLM}": lookup_reach_vllm}}
+    **{f"reach-vllm{tag}": {f"{m} jacobi adaptive {REACH_VLLM}": lookup_reach_vllm}
+       for m, tag in (("base", ""), ("cllm", "-cllm"))}}
 
 
 def summarise(rounds: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
