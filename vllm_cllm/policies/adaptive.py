@@ -293,8 +293,8 @@ class Adaptive:
                     seen: list[tuple[int, Outcome]], undrafted: set[int]) -> None:
         """Count, in order, the decided shadows ``done`` (each with the tokens committed since
         it) and then the records ``seen`` against what vLLM committed this step, those of
-        ``undrafted`` requests that become shadows (:meth:`_defer`) left out."""
-        parts = []  # (grid, cells, known, num_known) of the shadows, then of the records
+        ``undrafted`` requests that become shadows (:meth:`_defer`) left out. Counting goes
+        request by request in order, so the two grids counted in turn count as one would."""
         if done:
             width = max(shadow.grid.shape[1] for shadow, _ in done)
             grid = np.full((len(done), len(self.names), width), -1, dtype=np.int64)
@@ -305,7 +305,7 @@ class Adaptive:
                 w = shadow.grid.shape[1]
                 grid[r, :, :w], cells[r, :, :w] = shadow.grid, shadow.cells
                 known[r, :len(tokens)], num_known[r] = tokens, len(tokens)
-            parts.append((grid, cells, known, num_known))
+            self.acceptance.observe_grid(cells, grid, known, num_known)
         if seen:
             batch = seen[0][1].batch
             if batch is not None and all(outcome.batch is batch for _, outcome in seen):
@@ -332,10 +332,7 @@ class Adaptive:
                     grid[r, :, :w], cells[r, :, :w] = tokens, marks
             if seen:
                 known, num_known = step.committed_grid([i for i, _ in seen], grid.shape[2])
-                parts.append((grid, cells, known, num_known))
-        # counted request by request in order, so two grids in turn count as one would
-        for grid, cells, known, num_known in parts:
-            self.acceptance.observe_grid(cells, grid, known, num_known)
+                self.acceptance.observe_grid(cells, grid, known, num_known)
 
     def _count_small(self, step: VerifyStep, seen: list[tuple[int, Outcome]]) -> None:
         """:meth:`_count` request by request in Python (a few requests: cheaper than the

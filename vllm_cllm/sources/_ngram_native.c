@@ -64,13 +64,12 @@ static int starts(const Tokens *t, Py_ssize_t length, Py_ssize_t ngram_min,
     Py_ssize_t top = ngram_max < length - 1 ? ngram_max : length - 1;
     if (top < (ngram_min > 1 ? ngram_min : 1))
         return 0;
-    Py_ssize_t n = ngram_min, num_ends = 0;
+    Py_ssize_t n = ngram_min;
     /* every earlier occurrence of the last n tokens that a token follows, in order of its
      * end: a scan for the last token, each match checked backwards (the hot loop of a step) */
-    if (t->itemsize == 4)
-        num_ends = occurrence_ends_i32((const int32_t *)t->base, length, n, ends);
-    else
-        num_ends = occurrence_ends_i64((const int64_t *)t->base, length, n, ends);
+    Py_ssize_t num_ends = t->itemsize == 4
+        ? occurrence_ends_i32((const int32_t *)t->base, length, n, ends)
+        : occurrence_ends_i64((const int64_t *)t->base, length, n, ends);
     if (!num_ends)
         return 0;
     Py_ssize_t num_hits = num_ends;
