@@ -107,9 +107,13 @@ def lookup_reach_vllm() -> None:
     suffix_trees.MIN_TOKEN_PROB = 0.1
 
 
-#: The lookup-reach variants' labels: their engines run :func:`lookup_reach_8` or
-#: :func:`lookup_reach_vllm` first.
-REACH_8, REACH_VLLM = "offset=8", "reach=vllm"
+#: The lookup-reach studies: per preset, its models, the variant's label and what that
+#: variant's engine runs in its worker first; each beside the shipped reach and vLLM's ``suffix``.
+REACHES: dict[str, tuple[tuple[str, ...], str, Callable[[], None]]] = {
+    "lookup-reach": (("base", "cllm"), "offset=8", lookup_reach_8),
+    "reach-vllm": (("base",), "reach=vllm", lookup_reach_vllm),
+    "reach-vllm-cllm": (("cllm",), "reach=vllm", lookup_reach_vllm),
+}
 
 PRESETS: dict[str, Configs] = {
     "gsm-b1": {
@@ -136,17 +140,14 @@ PRESETS: dict[str, Configs] = {
                         **adaptive_variants("cllm", NO_NGRAM)},
     "drain": {**adaptive_variants("base", NO_DRAIN), **adaptive_variants("cllm", NO_DRAIN)},
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
-    **{f"reach-vllm{tag}": {**adaptive_variants(m, {REACH_VLLM: {}}),
-                            f"{m} suffix": (m, SUFFIX_SPEC)}
-       for m, tag in (("base", ""), ("cllm", "-cllm"))},
-    "lookup-reach": {k: v for m in ("base", "cllm") for k, v in {
-        **adaptive_variants(m, {REACH_8: {}}), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
+    **{preset: {name: config for m in models for name, config in {
+        **adaptive_variants(m, {label: {}}), f"{m} suffix": (m, SUFFIX_SPEC)}.items()}
+       for preset, (models, label, _) in REACHES.items()},
 }
 #: Per preset, the engines whose worker runs a function before the engine is built.
 SETUPS: dict[str, dict[str, Callable[[], None]]] = {
-    "lookup-reach": {f"{m} jacobi adaptive {REACH_8}": lookup_reach_8 for m in ("base", "cllm")},
-    **{f"reach-vllm{tag}": {f"{m} jacobi adaptive {REACH_VLLM}": lookup_reach_vllm}
-       for m, tag in (("base", ""), ("cllm", "-cllm"))}}
+    preset: {f"{m} jacobi adaptive {label}": setup for m in models}
+    for preset, (models, label, setup) in REACHES.items()}
 
 
 def summarise(rounds: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
