@@ -28,7 +28,8 @@ k with and without ``drain`` (in a draining batch only the last requests draft),
 ``lookup-reach`` — adaptive k with the suffix-tree lookup offering up to 8 tokens past its
 match's length (``SPEC_OFFSET``, set in that engine's worker) against the shipped reach, beside
 vLLM's ``suffix``, on both models; ``reach-vllm`` — the same with the lookup at vLLM
-``suffix``'s reach and minimum probability, on the base model (``reach-vllm-cllm``: the demo).
+``suffix``'s reach and minimum probability, on the base model (``reach-vllm-cllm``: the demo);
+``k-24`` — adaptive k at 15 and at vLLM ``suffix``'s default 24, beside ``suffix``, on both models.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ NO_NGRAM = {"no ngram candidate": {"ngram_candidate": False}}
 NO_DRAIN = {"no drain": {"drain": False}}
 #: The default per-token margin (``token_margin_pct``) against others.
 MARGINS = {f"margin={m}%": {"token_margin_pct": m} for m in (0, 60)}
+#: The default with room for drafts as long as vLLM ``suffix``'s (its default k is 24).
+K_24 = {"k=24": {"num_speculative_tokens": 24}}
 #: A cost model under which no draft pays: the speculative path's own cost.
 NEVER = {"never drafting": NEVER_DRAFTING}
 
@@ -139,6 +142,8 @@ PRESETS: dict[str, Configs] = {
     "ngram-candidate": {**adaptive_variants("base", NO_NGRAM),
                         **adaptive_variants("cllm", NO_NGRAM)},
     "drain": {**adaptive_variants("base", NO_DRAIN), **adaptive_variants("cllm", NO_DRAIN)},
+    "k-24": {name: config for m in ("base", "cllm") for name, config in {
+        **adaptive_variants(m, K_24), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
     **{preset: {name: config for m in models for name, config in {
         **adaptive_variants(m, {label: {}}), f"{m} suffix": (m, SUFFIX_SPEC)}.items()}
