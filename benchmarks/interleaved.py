@@ -27,8 +27,9 @@ speculation on the CLLM demo (what the speculative path costs by itself); ``drai
 k with and without ``drain`` (in a draining batch only the last requests draft), on both models;
 ``lookup-reach`` — adaptive k with the suffix-tree lookup offering up to 8 tokens past its
 match's length (``SPEC_OFFSET``, set in that engine's worker) against the shipped reach, beside
-vLLM's ``suffix``, on both models; ``reach-vllm`` — the same with the lookup at vLLM
-``suffix``'s reach and minimum probability, on the base model (``reach-vllm-cllm``: the demo);
+vLLM's ``suffix``, on both models; ``reach-wide`` — the same with the lookup's earlier, wider
+reach (2 tokens past the match, probability down to 0.05), on the base model (``reach-wide-cllm``:
+the demo);
 ``k-24`` — adaptive k at 15 and at vLLM ``suffix``'s default 24, beside ``suffix``, on both models.
 """
 
@@ -101,21 +102,21 @@ def lookup_reach_8() -> None:
     suffix_trees.SPEC_OFFSET = 8.0
 
 
-def lookup_reach_vllm() -> None:
-    """In an engine's worker: the suffix-tree lookup at vLLM ``suffix``'s reach (no token past
-    its match's length) and minimum probability (0.1)."""
+def lookup_reach_wide() -> None:
+    """In an engine's worker: the suffix-tree lookup's earlier, wider reach (up to 2 tokens past
+    its match's length, down to probability 0.05; the shipped reach is vLLM ``suffix``'s)."""
     from vllm_cllm.sources import suffix_trees
 
-    suffix_trees.SPEC_OFFSET = 0.0
-    suffix_trees.MIN_TOKEN_PROB = 0.1
+    suffix_trees.SPEC_OFFSET = 2.0
+    suffix_trees.MIN_TOKEN_PROB = 0.05
 
 
 #: The lookup-reach studies: per preset, its models, the variant's label and what that
 #: variant's engine runs in its worker first; each beside the shipped reach and vLLM's ``suffix``.
 REACHES: dict[str, tuple[tuple[str, ...], str, Callable[[], None]]] = {
     "lookup-reach": (("base", "cllm"), "offset=8", lookup_reach_8),
-    "reach-vllm": (("base",), "reach=vllm", lookup_reach_vllm),
-    "reach-vllm-cllm": (("cllm",), "reach=vllm", lookup_reach_vllm),
+    "reach-wide": (("base",), "reach=wide", lookup_reach_wide),
+    "reach-wide-cllm": (("cllm",), "reach=wide", lookup_reach_wide),
 }
 
 PRESETS: dict[str, Configs] = {

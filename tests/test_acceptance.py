@@ -169,7 +169,7 @@ def test_the_default_drafts_a_strong_jacobi_tail_over_worse_lookups():
         if length > 300:
             break
     assert from_tail >= len(committed) // 3  # every step that has a tail drafts it
-    assert np.mean(committed[10:]) > 3.0  # fixed-order hybrid, lookups first: ~1.2 here
+    assert np.mean(committed[10:]) > 2.5  # fixed-order hybrid, lookups first: ~1.2 here
 
 
 def test_undrafted_requests_learn_the_later_positions():

@@ -29,10 +29,10 @@ from vllm_cllm.core.step import VerifyStep
 
 #: How long a match must be for a long draft: arctic-inference caps a draft at
 #: ``factor * match_length + offset`` tokens and stops at a token whose estimated probability
-#: falls below ``min_token_prob``. Looser than vLLM's ``suffix`` defaults (1.0, 0, 0.1): the
-#: adaptive policy (:mod:`vllm_cllm.policies.adaptive`) cuts what is unlikely, so the lookup
-#: offers more.
-SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB = 1.0, 2.0, 0.05
+#: falls below ``min_token_prob``. vLLM ``suffix``'s defaults: the tokens a looser reach adds
+#: share the acceptance table's cells with likelier ones, which overstates them where a draft
+#: token costs time (docs/decisions.md).
+SPEC_FACTOR, SPEC_OFFSET, MIN_TOKEN_PROB = 1.0, 0.0, 0.1
 #: Tokens of context matched against the trees (vLLM's ``suffix_decoding_max_tree_depth``).
 TREE_DEPTH = 24
 
