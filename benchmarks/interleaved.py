@@ -39,6 +39,7 @@ import argparse
 import json
 import statistics
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -95,28 +96,25 @@ K_24 = {"k=24": {"num_speculative_tokens": 24}}
 NEVER = {"never drafting": NEVER_DRAFTING}
 
 
-def lookup_reach_8() -> None:
-    """In an engine's worker: the suffix-tree lookup offers up to 8 tokens past its match."""
+def set_lookup_reach(offset: float, min_token_prob: float | None = None) -> None:
+    """In an engine's worker: the suffix-tree lookup offers up to ``offset`` tokens past its
+    match's length, down to ``min_token_prob`` (None: the shipped one)."""
     from vllm_cllm.sources import suffix_trees
 
-    suffix_trees.SPEC_OFFSET = 8.0
+    suffix_trees.SPEC_OFFSET = offset
+    if min_token_prob is not None:
+        suffix_trees.MIN_TOKEN_PROB = min_token_prob
 
 
-def lookup_reach_wide() -> None:
-    """In an engine's worker: the suffix-tree lookup's earlier, wider reach (up to 2 tokens past
-    its match's length, down to probability 0.05; the shipped reach is vLLM ``suffix``'s)."""
-    from vllm_cllm.sources import suffix_trees
-
-    suffix_trees.SPEC_OFFSET = 2.0
-    suffix_trees.MIN_TOKEN_PROB = 0.05
-
+#: The lookup's earlier reach: 2 tokens past the match, probability down to 0.05.
+WIDE_REACH = partial(set_lookup_reach, 2.0, 0.05)
 
 #: The lookup-reach studies: per preset, its models, the variant's label and what that
 #: variant's engine runs in its worker first; each beside the shipped reach and vLLM's ``suffix``.
 REACHES: dict[str, tuple[tuple[str, ...], str, Callable[[], None]]] = {
-    "lookup-reach": (("base", "cllm"), "offset=8", lookup_reach_8),
-    "reach-wide": (("base",), "reach=wide", lookup_reach_wide),
-    "reach-wide-cllm": (("cllm",), "reach=wide", lookup_reach_wide),
+    "lookup-reach": (("base", "cllm"), "offset=8", partial(set_lookup_reach, 8.0)),
+    "reach-wide": (("base",), "reach=wide", WIDE_REACH),
+    "reach-wide-cllm": (("cllm",), "reach=wide", WIDE_REACH),
 }
 
 PRESETS: dict[str, Configs] = {
