@@ -14,6 +14,9 @@ flatter them. Every generated text is compared with plain decoding's for the sam
     .venv/bin/python benchmarks/serve_compare.py --out results/serve_compare \
         --configs jacobi --jacobi '{"method": "jacobi", "num_speculative_tokens": 15, \
         "knee_tokens": 100}'   # rows kept, this configuration re-measured
+    .venv/bin/python benchmarks/serve_compare.py --out results/serve_margin --concurrency 8 \
+        --configs suffix jacobi --variant 'margin 0={"token_margin_pct": 0}'
+        # one more server: jacobi with these options on top, named "jacobi margin 0"
 
 Writes ``results.json``, ``table.md`` and ``serve_compare.png`` to ``--out``.
 """
@@ -75,14 +78,33 @@ def bench_serve(base: str, model: str, prompts: list[str], concurrency: int, out
     return json.loads(result.read_text())
 
 
+def _delta(before: dict[str, float], after: dict[str, float], name: str) -> float:
+    """How much the server's counter ``name`` (``name_total``, over its labels; not the
+    counters whose names merely begin with it, such as ``..._per_pos``) grew between two
+    reads."""
+    def total(metrics: dict[str, float]) -> float:
+        return sum(v for k, v in metrics.items() if k.split("{", 1)[0] == name + "_total")
+
+    return total(after) - total(before)
+
+
 def acceptance_length(before: dict[str, float], after: dict[str, float]) -> float | None:
     """Tokens per verify step between two reads of the server's spec-decode counters."""
-    def delta(name: str) -> float:
-        return sum(v for k, v in after.items() if k.startswith(name)) - \
-            sum(v for k, v in before.items() if k.startswith(name))
+    drafts = _delta(before, after, "vllm:spec_decode_num_drafts")
+    return 1 + _delta(before, after, "vllm:spec_decode_num_accepted_tokens") / drafts \
+        if drafts else None
 
-    drafts = delta("vllm:spec_decode_num_drafts")
-    return 1 + delta("vllm:spec_decode_num_accepted_tokens") / drafts if drafts else None
+
+def draft_length(before: dict[str, float], after: dict[str, float]) -> float | None:
+    """Draft tokens per draft (a request's drafted step) between two reads of the counters."""
+    drafts = _delta(before, after, "vllm:spec_decode_num_drafts")
+    return _delta(before, after, "vllm:spec_decode_num_draft_tokens") / drafts \
+        if drafts else None
+
+
+def _file(name: str) -> str:
+    """A configuration's name as part of a file name."""
+    return name.replace(" ", "_")
 
 
 def run_configs(specs: dict[str, dict[str, Any] | None], model: str,
@@ -97,22 +119,24 @@ def run_configs(specs: dict[str, dict[str, Any] | None], model: str,
         for name, spec in specs.items():
             extra = ["--speculative-config", json.dumps(spec)] if spec else []
             bases[name] = stack.enter_context(running_server(
-                model, *extra, log_path=str(out / f"{name}.server.log")))
+                model, *extra, log_path=str(out / f"{_file(name)}.server.log")))
             bench_serve(bases[name], model, sets["warmup"], 4, output_len,
-                        out / f"{name}.warmup.json")
+                        out / f"{_file(name)}.warmup.json")
         names = list(specs)
         for turn, concurrency in enumerate(concurrencies):
             for name in names[turn % len(names):] + names[:turn % len(names)]:
                 base = bases[name]
                 before = read_metrics(base)
                 run = bench_serve(base, model, sets[f"c{concurrency}"], concurrency,
-                                  output_len, out / f"{name}.c{concurrency}.json")
+                                  output_len, out / f"{_file(name)}.c{concurrency}.json")
+                after = read_metrics(base)
                 rows.append({"config": name, "speculative_config": specs[name],
                              "concurrency": concurrency, "requests": run["completed"],
                              "failed": run["failed"], "output_tok_s": run["output_throughput"],
                              "tpot_p50_ms": run["p50_tpot_ms"],
                              "ttft_p50_ms": run["p50_ttft_ms"],
-                             "acceptance_length": acceptance_length(before, read_metrics(base)),
+                             "acceptance_length": acceptance_length(before, after),
+                             "draft_length": draft_length(before, after),
                              "texts": run["generated_texts"]})
                 print(f"{name} c{concurrency}: {run['output_throughput']:.1f} tok/s",
                       flush=True)
@@ -147,11 +171,16 @@ def report(rows: list[dict[str, Any]], header: str) -> str:
                 text += f" ({r['output_tok_s'] / plain['output_tok_s']:.2f}x"
                 text += f", {r['acceptance_length']:.2f} tok/step" \
                     if r["acceptance_length"] else ""
+                text += f", drafts of {r['draft_length']:.1f}" if r.get("draft_length") else ""
                 text += f", {r['identical']}/{r['requests']} identical)"
             cells.append(text)
         ratio = ""
-        if ("jacobi", c) in by and ("suffix", c) in by:
-            ratio = f"{by['jacobi', c]['output_tok_s'] / by['suffix', c]['output_tok_s']:.2f}x"
+        if ("suffix", c) in by:  # each jacobi server's, its name where there are several
+            jacobis = [n for n in names if n.startswith("jacobi") and (n, c) in by]
+            ratio = "; ".join(
+                (f"{n}: " if len(jacobis) > 1 else "")
+                + f"{by[n, c]['output_tok_s'] / by['suffix', c]['output_tok_s']:.2f}x"
+                for n in jacobis)
         lines.append(f"| {c} | " + " | ".join(cells) + f" | {ratio} |")
     lines += ["", "Output tokens/s under `vllm bench serve`; in brackets: the speed-up over plain "
               "decoding, tokens per verify step, and texts identical to plain decoding's."]
@@ -192,6 +221,9 @@ def main() -> None:
                         choices=["none", "suffix", "jacobi"])
     parser.add_argument("--jacobi", default=json.dumps(JACOBI),
                         help="the jacobi speculative config (JSON)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=JSON",
+                        help="one more server: the jacobi config with these options on top, "
+                             "named 'jacobi NAME' (repeatable)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -200,11 +232,16 @@ def main() -> None:
                              for c in args.concurrency}}
     sets = prompt_sets(model, sizes)
     specs = {"none": None, "suffix": SUFFIX, "jacobi": json.loads(args.jacobi)}
+    chosen = {name: specs[name] for name in args.configs}
+    for variant in args.variant:
+        label, _, options = variant.partition("=")
+        if not label or not options:
+            parser.error(f"--variant {variant!r}: expected NAME=JSON")
+        chosen[f"jacobi {label}"] = {**json.loads(args.jacobi), **json.loads(options)}
     saved = out / "results.json"
     rows = [r for r in (json.loads(saved.read_text())["rows"] if saved.exists() else [])
-            if r["config"] not in args.configs]
-    rows += run_configs({name: specs[name] for name in args.configs}, model, sets,
-                        args.concurrency, args.output_len, out)
+            if r["config"] not in chosen]
+    rows += run_configs(chosen, model, sets, args.concurrency, args.output_len, out)
     compare(rows)
     header = (f"{args.model}, `vllm bench serve`, {time.strftime('%Y-%m-%d')}: "
               f"{sizes} prompts (ShareGPT + gsm), up to {args.output_len} tokens, greedy; "

@@ -304,3 +304,30 @@ def test_each_batch_size_gets_an_engine_of_its_own(monkeypatch):
     shared = [{"batch_size": 1, "prompts": ["a"]}, {"batch_size": 2, "prompts": ["b", "c"]}]
     benchmarking.measure_in_subprocess("m", None, shared, 4)
     assert len(jobs) == 3 and len(jobs[-1]["groups"]) == 2  # a list of groups: one engine
+
+
+def test_the_serving_comparison_counts_each_counter_once():
+    """vLLM exports accepted tokens in total and per position; tokens per verify step and the
+    draft length read each counter itself, not every counter whose name begins with it."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks/serve_compare.py"
+    spec = importlib.util.spec_from_file_location("serve_compare", path)
+    serve_compare = importlib.util.module_from_spec(spec)
+    sys.modules["serve_compare"] = serve_compare
+    spec.loader.exec_module(serve_compare)
+    labels = '{engine="0",model_name="model"}'
+
+    def metrics(drafts: float, tokens: float, accepted: float) -> dict[str, float]:
+        return {f"vllm:spec_decode_num_drafts_total{labels}": drafts,
+                f"vllm:spec_decode_num_drafts_created{labels}": 1.7e9,
+                f"vllm:spec_decode_num_draft_tokens_total{labels}": tokens,
+                f"vllm:spec_decode_num_accepted_tokens_total{labels}": accepted,
+                'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0"}': accepted}
+
+    before, after = metrics(10, 50, 20), metrics(30, 130, 50)
+    assert serve_compare.acceptance_length(before, after) == 1 + 30 / 20
+    assert serve_compare.draft_length(before, after) == 80 / 20
+    assert serve_compare.acceptance_length(before, before) is None
