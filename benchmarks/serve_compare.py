@@ -33,7 +33,12 @@ from typing import Any
 
 from vllm_cllm.bench.datasets import sharegpt_questions
 from vllm_cllm.runtime.checkpoints import model_path
-from vllm_cllm.runtime.server import read_metrics, running_server, vllm_executable
+from vllm_cllm.runtime.server import (
+    metric_total,
+    read_metrics,
+    running_server,
+    vllm_executable,
+)
 
 #: vLLM's own ``suffix`` as the project's bench runs it.
 SUFFIX = {"method": "suffix", "num_speculative_tokens": 16}
@@ -79,26 +84,21 @@ def bench_serve(base: str, model: str, prompts: list[str], concurrency: int, out
 
 
 def _delta(before: dict[str, float], after: dict[str, float], name: str) -> float:
-    """How much the server's counter ``name`` (``name_total``, over its labels; not the
-    counters whose names merely begin with it, such as ``..._per_pos``) grew between two
-    reads."""
-    def total(metrics: dict[str, float]) -> float:
-        return sum(v for k, v in metrics.items() if k.split("{", 1)[0] == name + "_total")
-
-    return total(after) - total(before)
+    """How much the server's counter ``name`` grew between two reads."""
+    return metric_total(after, name) - metric_total(before, name)
 
 
 def acceptance_length(before: dict[str, float], after: dict[str, float]) -> float | None:
     """Tokens per verify step between two reads of the server's spec-decode counters."""
-    drafts = _delta(before, after, "vllm:spec_decode_num_drafts")
-    return 1 + _delta(before, after, "vllm:spec_decode_num_accepted_tokens") / drafts \
+    drafts = _delta(before, after, "vllm:spec_decode_num_drafts_total")
+    return 1 + _delta(before, after, "vllm:spec_decode_num_accepted_tokens_total") / drafts \
         if drafts else None
 
 
 def draft_length(before: dict[str, float], after: dict[str, float]) -> float | None:
     """Draft tokens per draft (a request's drafted step) between two reads of the counters."""
-    drafts = _delta(before, after, "vllm:spec_decode_num_drafts")
-    return _delta(before, after, "vllm:spec_decode_num_draft_tokens") / drafts \
+    drafts = _delta(before, after, "vllm:spec_decode_num_drafts_total")
+    return _delta(before, after, "vllm:spec_decode_num_draft_tokens_total") / drafts \
         if drafts else None
 
 

@@ -46,6 +46,7 @@ from vllm_cllm.runtime.server import (
     allocator_env_of,
     hang_up_midstream,
     held_state,
+    metric_total,
     per_process_mib,
     read_metrics,
     tree_rss_mib,
@@ -395,15 +396,10 @@ def report(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def total(metrics: dict[str, float], name: str) -> float:
-    """A Prometheus metric summed over its labels."""
-    return sum(v for k, v in metrics.items() if k.split("{")[0] == name)
-
-
 def spec_decode_summary(metrics: dict[str, float]) -> dict:
-    drafts = total(metrics, "vllm:spec_decode_num_drafts_total")
-    drafted = total(metrics, "vllm:spec_decode_num_draft_tokens_total")
-    accepted = total(metrics, "vllm:spec_decode_num_accepted_tokens_total")
+    drafts = metric_total(metrics, "vllm:spec_decode_num_drafts_total")
+    drafted = metric_total(metrics, "vllm:spec_decode_num_draft_tokens_total")
+    accepted = metric_total(metrics, "vllm:spec_decode_num_accepted_tokens_total")
     out = {"drafts": drafts, "draft_tokens": drafted, "accepted_tokens": accepted}
     if drafts:
         out["summary"] = (f"{drafts:.0f} drafts, {drafted:.0f} tokens drafted, "
@@ -480,8 +476,8 @@ def main() -> int:
         results["rss_by_process"]["idle after"] = per_process_mib(pid)
         results["health_after"] = requests.get(base + "/health", timeout=10).status_code
         metrics = read_metrics(base, "vllm:")
-        results["running_at_end"] = total(metrics, "vllm:num_requests_running")
-        results["preemptions"] = total(metrics, "vllm:num_preemptions_total")
+        results["running_at_end"] = metric_total(metrics, "vllm:num_requests_running")
+        results["preemptions"] = metric_total(metrics, "vllm:num_preemptions_total")
         results["spec_decode"] = spec_decode_summary(metrics)
     results["total_minutes"] = (time.time() - t0) / 60
     results.update(held_state(log))

@@ -180,11 +180,10 @@ def serve_env() -> dict[str, str]:
 
 def spec_counters(metrics: dict[str, float]) -> tuple[float, float]:
     """Drafts and accepted draft tokens summed over labels, from ``read_metrics``."""
-    def total(name: str) -> float:
-        return sum(v for key, v in metrics.items() if key.split("{")[0] == name)
+    from vllm_cllm.runtime.server import metric_total
 
-    return (total("vllm:spec_decode_num_drafts_total"),
-            total("vllm:spec_decode_num_accepted_tokens_total"))
+    return (metric_total(metrics, "vllm:spec_decode_num_drafts_total"),
+            metric_total(metrics, "vllm:spec_decode_num_accepted_tokens_total"))
 
 
 def ask(base_url: str, question: str, max_tokens: int) -> str:

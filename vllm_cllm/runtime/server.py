@@ -146,6 +146,12 @@ def read_metrics(base_url: str, prefix: str = "vllm:spec_decode") -> dict[str, f
     return out
 
 
+def metric_total(metrics: dict[str, float], name: str) -> float:
+    """Metric ``name`` of :func:`read_metrics`' result summed over its labels: that name
+    exactly, not the metrics whose names merely begin with it (``..._per_pos_total``)."""
+    return sum(v for key, v in metrics.items() if key.split("{", 1)[0] == name)
+
+
 # -- what load benchmarks read off a running server (benchmarks/serve_load.py, serve_soak.py) --
 
 #: what a proposer prints to stderr when ``VLLM_CLLM_LOG_STATE=1`` and its count changes
