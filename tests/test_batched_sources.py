@@ -133,14 +133,9 @@ def test_the_byte_search_finds_what_the_scan_finds():
 
 def _same_drafts_run():
     """``run`` of experiments/proposer_step_cost/same_drafts.py (synthetic verify steps)."""
-    import importlib.util
-    from pathlib import Path
+    from scripts import load_script
 
-    path = Path(__file__).parents[1] / "experiments" / "proposer_step_cost" / "same_drafts.py"
-    spec = importlib.util.spec_from_file_location("same_drafts", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.run
+    return load_script("experiments/proposer_step_cost/same_drafts.py").run
 
 
 def test_small_steps_draft_as_the_grid_does(monkeypatch):

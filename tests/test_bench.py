@@ -309,15 +309,9 @@ def test_each_batch_size_gets_an_engine_of_its_own(monkeypatch):
 def test_the_serving_comparison_counts_each_counter_once():
     """vLLM exports accepted tokens in total and per position; tokens per verify step and the
     draft length read each counter itself, not every counter whose name begins with it."""
-    import importlib.util
-    import sys
-    from pathlib import Path
+    from scripts import load_script
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks/serve_compare.py"
-    spec = importlib.util.spec_from_file_location("serve_compare", path)
-    serve_compare = importlib.util.module_from_spec(spec)
-    sys.modules["serve_compare"] = serve_compare
-    spec.loader.exec_module(serve_compare)
+    serve_compare = load_script("benchmarks/serve_compare.py")
     labels = '{engine="0",model_name="model"}'
 
     def metrics(drafts: float, tokens: float, accepted: float) -> dict[str, float]:

@@ -3,24 +3,17 @@ and batch size, positive times, and drafts accepted where the text repeats. No e
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from scripts import load_script
 
 
 def _host_cost():
-    spec = importlib.util.spec_from_file_location("host_cost", ROOT / "benchmarks/host_cost.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["host_cost"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/host_cost.py")
 
 
 def _repeating_pool(host_cost, vocab: int, prompt_len: int = 48, answer_len: int = 40):

@@ -7,22 +7,19 @@ The default run checks the probe step against the installed vLLM (no engine, no 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _compat():
-    spec = importlib.util.spec_from_file_location("vllm_compat", ROOT / "benchmarks/vllm_compat.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/vllm_compat.py")
 
 
 def test_probe_step_passes_on_the_installed_vllm(tmp_path):
