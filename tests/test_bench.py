@@ -93,6 +93,17 @@ def test_results_files_have_the_documented_fields(tmp_path):
     assert (tmp_path / "acceptance.png").stat().st_size > 0
 
 
+def test_the_table_bounds_each_jacobi_cell_against_suffix_by_its_priced_oracle(tmp_path):
+    jacobi = {**_bench_row("base", "jacobi", [[1]], 20.0, 2.0), "oracle_tpf": 3.0,
+              "oracle_cost_tpf": 2.5, "selection_efficiency": 0.8, "oracle_cost_speedup": 1.5}
+    rows = compare_with_baselines([_bench_row("base", "none", [[1]], 10.0),
+                                   _bench_row("base", "suffix", [[1]], 25.0, 2.0), jacobi])
+    table = write_results(rows, tmp_path, {"date": "today", "description": "test",
+                                           "datasets": ["gsm"]})
+    # the oracle's 1.5x over the row's 20 tokens/s, against suffix's 25: 1.2x
+    assert "| base jacobi | 2.00 / 2.50 / 3.00 (0.80, 1.50x, 1.20x suffix) |" in table
+
+
 def test_configurations_cover_every_method_and_model():
     configs = configurations(15)
     assert {(c.model, c.method) for c in configs if c.method == "none"} == {

@@ -53,6 +53,9 @@ def test_the_oracle_drafts_each_steps_best_candidate():
     assert fields["oracle_gap_selection"] == pytest.approx(0.0)
     assert fields["oracle_gap_sizing"] == pytest.approx(1.0)
     assert fields["oracle_gap_undrafted"] == pytest.approx(2 / 3)
+    # priced at knee 24, floor 28: the row's steps drafted 1, 0 and 3 tokens (28, 28, 28.25
+    # for 2 + 1 + 2 tokens), the oracle's 4, 2 and 1 (29.25, 28, 28 for 5 + 3 + 2)
+    assert fields["oracle_cost_speedup"] == pytest.approx((10 / 85.25) / (5 / 84.25))
 
 
 def test_calibration_is_the_accepted_draft_tokens_over_the_expected_ones():
@@ -88,6 +91,9 @@ def test_the_cost_model_oracle_prices_the_whole_batch():
     assert few["oracle_tpf"] == pytest.approx((10 + 2) / 10)
     assert few["oracle_cost_tpf"] == pytest.approx(10 / 10)  # not worth drafting
     assert few["selection_efficiency"] == pytest.approx(1.0)
+    assert few["oracle_cost_speedup"] == pytest.approx(1.0)  # both draft nothing
+    # the oracle's 6 tokens for 24 + 16 * 1.25 + 6 = 50 against the row's 16 for 40
+    assert many["oracle_cost_speedup"] == pytest.approx((22 / 50) / (16 / 40))
     assert many["oracle_tpf"] == many["oracle_cost_tpf"] == pytest.approx((10 + 6) / 10)
     assert many["oracle_coverage"] == pytest.approx(0.2)
 
@@ -102,7 +108,7 @@ def test_fixed_order_rows_are_measured_against_the_full_length_oracle():
     for line in log:
         line["knee"] = line["floor"] = None
     fields = oracle_fields(log, ["measure-a"], [PROMPT], [OUTPUT], [4])
-    assert fields["oracle_cost_tpf"] is None
+    assert fields["oracle_cost_tpf"] is None and fields["oracle_cost_speedup"] is None
     assert fields["selection_efficiency"] == pytest.approx(0.5)
 
 

@@ -20,7 +20,12 @@ the tokens the request still had to give, less the step's own token). Per verify
 Both are averaged over the steps ``tokens_per_verify_step`` counts (every decode step of a
 request; the prefill step left out): a step without a log line (no candidates: not drafting)
 keeps the tokens it gave, so each oracle is the row's tokens per verify step plus the tokens
-its choices would have added, over the same steps. ``selection_efficiency`` is the row's
+its choices would have added, over the same steps. ``oracle_cost_speedup`` prices both: the
+cost-model oracle's tokens per step cost over the row's own (what it drafted, priced by the
+same model), over the steps with a cost model in the log — how much faster than the row the
+best candidates at the best lengths would run, as far as the cost model tells the machine's
+time; times the row's ratio to another proposer, it bounds what these sources can reach
+against it. ``selection_efficiency`` is the row's
 tokens per verify step over the cost-model oracle (over the full-length one where no policy
 priced the steps: ``jacobi fixed``). ``oracle_gap_*`` split the full-length oracle's lead
 over the row into selection (the best candidate at full length over the drafted one at full
@@ -47,7 +52,8 @@ from vllm_cllm.core.tokens import matched_prefix
 from vllm_cllm.policies.cost_model import SPEC_STEP_OVERHEAD_PER_REQUEST, step_cost
 
 #: The row fields this module adds (None where the row has no candidate log).
-ORACLE_FIELDS = ("oracle_tpf", "oracle_cost_tpf", "selection_efficiency", "oracle_coverage",
+ORACLE_FIELDS = ("oracle_tpf", "oracle_cost_tpf", "selection_efficiency",
+                 "oracle_cost_speedup", "oracle_coverage",
                  "oracle_chain_breaks", "oracle_gap_selection", "oracle_gap_sizing",
                  "oracle_gap_undrafted", "acceptance_calibration")
 
@@ -103,6 +109,8 @@ def oracle_fields(records: list[dict[str, Any]], ids: Sequence[str],
         for request in line["requests"]:
             by_step[line["step"]].append((line, request))
     priced_any = False
+    #: over the priced steps: the row's tokens and cost, the cost-model oracle's
+    row_tokens = row_cost = best_tokens = best_cost = 0.0
     expected = realized = 0.0  # the drafted tokens the policy expected accepted, and were
     for pairs in by_step.values():
         entries = []
@@ -124,7 +132,8 @@ def oracle_fields(records: list[dict[str, Any]], ids: Sequence[str],
                          request["candidates"][name][:len(drafted)] == drafted), default=actual)
             if drafted and request.get("expected") is not None:
                 expected, realized = expected + request["expected"], realized + actual
-            entry = [best, actual, whole, best, line["knee"] is not None, not drafted]
+            entry = [best, actual, whole, best, line["knee"] is not None, not drafted,
+                     len(drafted)]
             found[rid][position] = entry
             entries.append((entry, line))
         priced = [(entry, line) for entry, line in entries if entry[4]]
@@ -139,6 +148,13 @@ def oracle_fields(records: list[dict[str, Any]], ids: Sequence[str],
             if not (more and drafting > plain):
                 for entry, _ in priced:
                     entry[3] = 0
+                more = 0
+            # the requests of the step not logged (no room) commit one token each
+            drafted_tokens = sum(entry[6] for entry, _ in priced)
+            row_tokens += batch + sum(entry[1] for entry, _ in priced)
+            row_cost += _priced(batch, drafted_tokens, knee, floor)
+            best_tokens += batch + more
+            best_cost += _priced(batch, more, knee, floor)
     decoded = sum(len(t) - 1 for t, s in zip(tokens, steps, strict=True) if s > 1)
     decode_steps = sum(s - 1 for s in steps if s > 1)
     recorded = sum(len(positions) for positions in found.values())
@@ -150,7 +166,7 @@ def oracle_fields(records: list[dict[str, Any]], ids: Sequence[str],
         at = sorted(positions)
         for p, q in zip(at, at[1:], strict=False):
             breaks += q != p + 1 + positions[p][1]
-        for best, actual, whole, priced_best, priced, empty in positions.values():
+        for best, actual, whole, priced_best, priced, empty, _ in positions.values():
             full += best - actual
             cost += (priced_best if priced else best) - actual
             if empty:
@@ -163,11 +179,21 @@ def oracle_fields(records: list[dict[str, Any]], ids: Sequence[str],
     oracle_cost = (decoded + cost) / decode_steps if priced_any else None
     return {"oracle_tpf": oracle, "oracle_cost_tpf": oracle_cost,
             "selection_efficiency": tpf / (oracle_cost if oracle_cost is not None else oracle),
+            "oracle_cost_speedup": (best_tokens / best_cost) / (row_tokens / row_cost)
+            if row_tokens else None,
             "oracle_coverage": recorded / decode_steps, "oracle_chain_breaks": breaks,
             "oracle_gap_selection": selection / decode_steps,
             "oracle_gap_sizing": sizing / decode_steps,
             "oracle_gap_undrafted": undrafted / decode_steps,
             "acceptance_calibration": realized / expected if expected else None}
+
+
+def _priced(batch: int, drafted: int, knee: float, floor: float) -> float:
+    """A step of ``batch`` requests that verifies ``drafted`` draft tokens in all, as the
+    adaptive rule prices it (the spec-decode overhead once anything is drafted)."""
+    if not drafted:
+        return step_cost(batch, knee, floor)
+    return step_cost(batch * (1 + SPEC_STEP_OVERHEAD_PER_REQUEST) + drafted, knee, floor)
 
 
 def oracle_of_log(path: str, start: int, ids: Sequence[str],

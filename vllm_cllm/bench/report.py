@@ -11,7 +11,8 @@ from typing import Any
 #: vLLM's own acceptance length, the spec — follows them). The oracle fields
 #: (:mod:`vllm_cllm.bench.oracle`) are None outside ``jacobi`` rows.
 FIELDS = ("model", "method", "dataset", "batch_size", "tpf", "tokens_per_s", "speedup",
-          "identical", "oracle_tpf", "oracle_cost_tpf", "selection_efficiency")
+          "identical", "oracle_tpf", "oracle_cost_tpf", "selection_efficiency",
+          "oracle_cost_speedup")
 
 
 def config_label(row: dict[str, Any]) -> str:
@@ -66,26 +67,46 @@ def markdown(rows: list[dict[str, Any]], header: dict[str, Any]) -> str:
     if oracle_configs:
         lines += ["", "Tokens per verify step against the oracle (`jacobi` rows; "
                   "docs/benchmarking.md): the row / the best candidate at the best length "
-                  "under the cost model / the best candidate at full length, selection "
-                  "efficiency (row / cost-model oracle; full-length where no cost model) in "
-                  "brackets:", "",
-                  *_grid(oracle_configs, columns, cell, lambda r: "" if r.get("oracle_tpf")
-                         is None else f"{r['tpf']:.2f} / "
-                         f"{_number(r.get('oracle_cost_tpf')) or '-'} / "
-                         f"{r['oracle_tpf']:.2f} ({r['selection_efficiency']:.2f})")]
+                  "under the cost model / the best candidate at full length; in brackets "
+                  "the selection efficiency (row / cost-model oracle; full-length where no "
+                  "cost model), the cost-model oracle's tokens per priced cost over the "
+                  "row's, and that times the row's tokens/s over vLLM `suffix`'s (the "
+                  "sources' bound against it):", "",
+                  *_grid(oracle_configs, columns, cell,
+                         lambda r: _oracle_text(r, cell.get((f"{r['model']} suffix",
+                                                             r["dataset"], r["batch_size"]))))]
     lines += ["", "| model | method | dataset | batch | tokens/verify step | tokens/step (with "
               "prefill) | accept. length (vLLM) | oracle (cost model) | oracle (full length) "
-              "| selection eff. | accepted / expected | tokens/s | speed-up | identical |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| selection eff. | oracle / row, priced | accepted / expected | tokens/s "
+              "| speed-up | identical |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['method']} | {r['dataset']} | {r['batch_size']} | "
                      f"{r['tpf']:.2f} | {r['tokens_per_step']:.2f} | "
                      f"{r['vllm_acceptance_length']:.2f} | "
                      f"{_number(r.get('oracle_cost_tpf'))} | {_number(r.get('oracle_tpf'))} | "
                      f"{_number(r.get('selection_efficiency'))} | "
+                     f"{_number(r.get('oracle_cost_speedup'))} | "
                      f"{_number(r.get('acceptance_calibration'))} | "
                      f"{r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['identical']} |")
     return "\n".join(lines) + "\n"
+
+
+def _oracle_text(row: dict[str, Any], suffix: dict[str, Any] | None) -> str:
+    """A ``jacobi`` row's oracle cell: its tokens per verify step, the two oracles', its
+    selection efficiency, the priced oracle's gain and (``suffix``: vLLM ``suffix``'s row of
+    the same cell) the bound that gain sets against ``suffix``."""
+    if row.get("oracle_tpf") is None:
+        return ""
+    gain = row.get("oracle_cost_speedup")
+    brackets = [f"{row['selection_efficiency']:.2f}"]
+    if gain is not None:
+        brackets.append(f"{gain:.2f}x")
+        if suffix is not None and suffix.get("tokens_per_s"):
+            brackets.append(f"{gain * row['tokens_per_s'] / suffix['tokens_per_s']:.2f}x "
+                            "suffix")
+    return (f"{row['tpf']:.2f} / {_number(row.get('oracle_cost_tpf')) or '-'} / "
+            f"{row['oracle_tpf']:.2f} ({', '.join(brackets)})")
 
 
 def _datasets(rows: list[dict[str, Any]]) -> list[str]:
