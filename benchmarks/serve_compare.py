@@ -9,6 +9,10 @@ on), chat-formatted, greedy, up to ``--output-len`` tokens each (answers end whe
 ends them). Each concurrency gets prompts of its own, and a warm-up set comes first: ``suffix``
 and ``jacobi`` keep earlier answers as a draft source, and a prompt answered twice would
 flatter them. Every generated text is compared with plain decoding's for the same prompt.
+Each concurrency runs ``--rounds`` sets of prompts, every server in turn on each (the
+order rotating), and a ratio between configurations is the median of its per-round ratios:
+servers measured a few minutes apart see a machine whose speed drifts by more than their
+difference.
 
     .venv/bin/python benchmarks/serve_compare.py --out results/serve_compare
     .venv/bin/python benchmarks/serve_compare.py --out results/serve_compare \
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import time
 from contextlib import ExitStack
@@ -88,18 +93,10 @@ def _delta(before: dict[str, float], after: dict[str, float], name: str) -> floa
     return metric_total(after, name) - metric_total(before, name)
 
 
-def acceptance_length(before: dict[str, float], after: dict[str, float]) -> float | None:
-    """Tokens per verify step between two reads of the server's spec-decode counters."""
-    drafts = _delta(before, after, "vllm:spec_decode_num_drafts_total")
-    return 1 + _delta(before, after, "vllm:spec_decode_num_accepted_tokens_total") / drafts \
-        if drafts else None
-
-
-def draft_length(before: dict[str, float], after: dict[str, float]) -> float | None:
-    """Draft tokens per draft (a request's drafted step) between two reads of the counters."""
-    drafts = _delta(before, after, "vllm:spec_decode_num_drafts_total")
-    return _delta(before, after, "vllm:spec_decode_num_draft_tokens_total") / drafts \
-        if drafts else None
+def counter_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """The spec-decode counters' growth between two reads: drafts, draft tokens, accepted."""
+    return {key: _delta(before, after, f"vllm:spec_decode_{key}_total")
+            for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")}
 
 
 def _file(name: str) -> str:
@@ -109,10 +106,11 @@ def _file(name: str) -> str:
 
 def run_configs(specs: dict[str, dict[str, Any] | None], model: str,
                 sets: dict[str, list[str]], concurrencies: list[int], output_len: int,
-                out: Path) -> list[dict[str, Any]]:
+                out: Path, rounds: int = 1) -> list[dict[str, Any]]:
     """One server per configuration, all up at once; each warmed up on the warm-up set, then
-    each concurrency's set run on every server in turn (the order rotating), so that the
-    configurations are measured side by side on a machine whose load drifts."""
+    each concurrency's sets (``c{concurrency}r{round}``) run on every server in turn (the
+    order rotating from set to set), so that the configurations are measured side by side
+    on a machine whose load drifts. One row per configuration, concurrency and round."""
     rows = []
     with ExitStack() as stack:
         bases = {}
@@ -123,39 +121,75 @@ def run_configs(specs: dict[str, dict[str, Any] | None], model: str,
             bench_serve(bases[name], model, sets["warmup"], 4, output_len,
                         out / f"{_file(name)}.warmup.json")
         names = list(specs)
-        for turn, concurrency in enumerate(concurrencies):
+        sets_in_turn = [(c, r) for c in concurrencies for r in range(rounds)]
+        for turn, (concurrency, r) in enumerate(sets_in_turn):
             for name in names[turn % len(names):] + names[:turn % len(names)]:
                 base = bases[name]
                 before = read_metrics(base)
-                run = bench_serve(base, model, sets[f"c{concurrency}"], concurrency,
-                                  output_len, out / f"{_file(name)}.c{concurrency}.json")
+                run = bench_serve(base, model, sets[f"c{concurrency}r{r}"], concurrency,
+                                  output_len, out / f"{_file(name)}.c{concurrency}.r{r}.json")
                 after = read_metrics(base)
                 rows.append({"config": name, "speculative_config": specs[name],
-                             "concurrency": concurrency, "requests": run["completed"],
-                             "failed": run["failed"], "output_tok_s": run["output_throughput"],
+                             "concurrency": concurrency, "round": r,
+                             "requests": run["completed"], "failed": run["failed"],
+                             "output_tok_s": run["output_throughput"],
                              "tpot_p50_ms": run["p50_tpot_ms"],
                              "ttft_p50_ms": run["p50_ttft_ms"],
-                             "acceptance_length": acceptance_length(before, after),
-                             "draft_length": draft_length(before, after),
+                             **counter_deltas(before, after),
                              "texts": run["generated_texts"]})
-                print(f"{name} c{concurrency}: {run['output_throughput']:.1f} tok/s",
+                print(f"{name} c{concurrency} round {r}: {run['output_throughput']:.1f} tok/s",
                       flush=True)
     return rows
 
 
 def compare(rows: list[dict[str, Any]]) -> None:
-    """Each row's texts against plain decoding's at the same concurrency (same prompts)."""
-    plain = {r["concurrency"]: r["texts"] for r in rows if r["config"] == "none"}
+    """Each row's texts against plain decoding's at the same concurrency and round (same
+    prompts)."""
+    plain = {(r["concurrency"], r.get("round", 0)): r["texts"] for r in rows
+             if r["config"] == "none"}
     for r in rows:
-        reference = plain.get(r["concurrency"])
+        reference = plain.get((r["concurrency"], r.get("round", 0)))
         r["identical"] = None if reference is None else sum(
             a == b for a, b in zip(r["texts"], reference, strict=True))
 
 
+def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per configuration and concurrency over its rounds: the median output
+    tokens/s, the medians of its per-round ratios to plain decoding (``speedup``) and to
+    vLLM ``suffix`` (``vs_suffix``), tokens per verify step and draft tokens per draft over
+    all rounds' counters, requests and identical texts summed."""
+    by: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault((r["config"], r["concurrency"]), {})[r.get("round", 0)] = r
+    out = []
+    for (name, concurrency), mine in by.items():
+        def ratios(reference: str, mine: dict[int, dict[str, Any]] = mine,
+                   concurrency: int = concurrency) -> float | None:
+            theirs = by.get((reference, concurrency), {})
+            found = [row["output_tok_s"] / theirs[r]["output_tok_s"]
+                     for r, row in mine.items() if r in theirs]
+            return statistics.median(found) if found else None
+
+        drafts = sum(r.get("num_drafts") or 0 for r in mine.values())
+        identical = [r.get("identical") for r in mine.values()]
+        out.append({
+            "config": name, "concurrency": concurrency, "rounds": len(mine),
+            "output_tok_s": statistics.median(r["output_tok_s"] for r in mine.values()),
+            "speedup": ratios("none"), "vs_suffix": ratios("suffix"),
+            "acceptance_length": 1 + sum(r["num_accepted_tokens"] for r in mine.values())
+            / drafts if drafts else None,
+            "draft_length": sum(r["num_draft_tokens"] for r in mine.values()) / drafts
+            if drafts else None,
+            "requests": sum(r["requests"] for r in mine.values()),
+            "identical": None if None in identical else sum(identical)})
+    return out
+
+
 def report(rows: list[dict[str, Any]], header: str) -> str:
-    by = {(r["config"], r["concurrency"]): r for r in rows}
-    names = list(dict.fromkeys(r["config"] for r in rows))
-    concurrencies = sorted({r["concurrency"] for r in rows})
+    summary = summarise(rows)
+    by = {(r["config"], r["concurrency"]): r for r in summary}
+    names = list(dict.fromkeys(r["config"] for r in summary))
+    concurrencies = sorted({r["concurrency"] for r in summary})
     lines = [header, "", "| concurrency | " + " | ".join(names) + " | jacobi / suffix |",
              "|---" * (len(names) + 2) + "|"]
     for c in concurrencies:
@@ -167,8 +201,8 @@ def report(rows: list[dict[str, Any]], header: str) -> str:
                 cells.append("")
                 continue
             text = f"{r['output_tok_s']:.1f}"
-            if plain is not None and name != "none":
-                text += f" ({r['output_tok_s'] / plain['output_tok_s']:.2f}x"
+            if plain is not None and name != "none" and r["speedup"] is not None:
+                text += f" ({r['speedup']:.2f}x"
                 text += f", {r['acceptance_length']:.2f} tok/step" \
                     if r["acceptance_length"] else ""
                 text += f", drafts of {r['draft_length']:.1f}" if r.get("draft_length") else ""
@@ -178,12 +212,15 @@ def report(rows: list[dict[str, Any]], header: str) -> str:
         if ("suffix", c) in by:  # each jacobi server's, its name where there are several
             jacobis = [n for n in names if n.startswith("jacobi") and (n, c) in by]
             ratio = "; ".join(
-                (f"{n}: " if len(jacobis) > 1 else "")
-                + f"{by[n, c]['output_tok_s'] / by['suffix', c]['output_tok_s']:.2f}x"
-                for n in jacobis)
+                (f"{n}: " if len(jacobis) > 1 else "") + f"{by[n, c]['vs_suffix']:.2f}x"
+                for n in jacobis if by[n, c]["vs_suffix"] is not None)
         lines.append(f"| {c} | " + " | ".join(cells) + f" | {ratio} |")
-    lines += ["", "Output tokens/s under `vllm bench serve`; in brackets: the speed-up over plain "
-              "decoding, tokens per verify step, and texts identical to plain decoding's."]
+    rounds = max(r["rounds"] for r in summary)
+    lines += ["", "Output tokens/s under `vllm bench serve`"
+              + (f" (median of {rounds} rounds; ratios: medians of per-round ratios)"
+                 if rounds > 1 else "")
+              + "; in brackets: the speed-up over plain decoding, tokens per verify step, "
+              "and texts identical to plain decoding's."]
     return "\n".join(lines) + "\n"
 
 
@@ -193,6 +230,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = summarise(rows)
     names = list(dict.fromkeys(r["config"] for r in rows))
     concurrencies = sorted({r["concurrency"] for r in rows})
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -214,8 +252,11 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--model", default="smollm2-135m-cllm-gsm")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
-    parser.add_argument("--num-prompts", type=int, default=40, help="per concurrency")
-    parser.add_argument("--prompts-at-1", type=int, default=16)
+    parser.add_argument("--num-prompts", type=int, default=32,
+                        help="per concurrency and round")
+    parser.add_argument("--prompts-at-1", type=int, default=6, help="per round")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="prompt sets per concurrency, each run by every server in turn")
     parser.add_argument("--output-len", type=int, default=256)
     parser.add_argument("--configs", nargs="+", default=["none", "suffix", "jacobi"],
                         choices=["none", "suffix", "jacobi"])
@@ -228,8 +269,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model = str(model_path(args.model))
-    sizes = {"warmup": 8, **{f"c{c}": args.prompts_at_1 if c == 1 else args.num_prompts
-                             for c in args.concurrency}}
+    sizes = {"warmup": 8, **{f"c{c}r{r}": args.prompts_at_1 if c == 1 else args.num_prompts
+                             for c in args.concurrency for r in range(args.rounds)}}
     sets = prompt_sets(model, sizes)
     specs = {"none": None, "suffix": SUFFIX, "jacobi": json.loads(args.jacobi)}
     chosen = {name: specs[name] for name in args.configs}
@@ -241,11 +282,13 @@ def main() -> None:
     saved = out / "results.json"
     rows = [r for r in (json.loads(saved.read_text())["rows"] if saved.exists() else [])
             if r["config"] not in chosen]
-    rows += run_configs(chosen, model, sets, args.concurrency, args.output_len, out)
+    rows += run_configs(chosen, model, sets, args.concurrency, args.output_len, out,
+                        args.rounds)
     compare(rows)
     header = (f"{args.model}, `vllm bench serve`, {time.strftime('%Y-%m-%d')}: "
-              f"{sizes} prompts (ShareGPT + gsm), up to {args.output_len} tokens, greedy; "
-              "the servers up at once, measured in turn")
+              f"{args.rounds} round(s) of {args.prompts_at_1} prompts at concurrency 1 and "
+              f"{args.num_prompts} at the others (ShareGPT + gsm), up to {args.output_len} "
+              "tokens, greedy; the servers up at once, measured in turn")
     saved.write_text(json.dumps({"header": header, "rows": rows}, indent=1))
     table = report(rows, header)
     (out / "table.md").write_text(table)

@@ -332,7 +332,26 @@ def test_the_serving_comparison_counts_each_counter_once():
                 f"vllm:spec_decode_num_accepted_tokens_total{labels}": accepted,
                 'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0"}': accepted}
 
-    before, after = metrics(10, 50, 20), metrics(30, 130, 50)
-    assert serve_compare.acceptance_length(before, after) == 1 + 30 / 20
-    assert serve_compare.draft_length(before, after) == 80 / 20
-    assert serve_compare.acceptance_length(before, before) is None
+    deltas = serve_compare.counter_deltas(metrics(10, 50, 20), metrics(30, 130, 50))
+    assert deltas == {"num_drafts": 20, "num_draft_tokens": 80, "num_accepted_tokens": 30}
+    row = {"config": "jacobi", "concurrency": 1, "output_tok_s": 1.0, "requests": 1,
+           "identical": 1, **deltas}
+    [summary] = serve_compare.summarise([row])
+    assert summary["acceptance_length"] == 1 + 30 / 20 and summary["draft_length"] == 80 / 20
+
+
+def test_the_serving_comparison_takes_medians_of_per_round_ratios():
+    """Servers measured in turn: a ratio is taken within each round (the machine slows down
+    in round 1 for all of them), then its median over rounds."""
+    from scripts import load_script
+
+    serve_compare = load_script("benchmarks/serve_compare.py")
+    speeds = {"none": (100, 50, 100), "suffix": (200, 100, 200), "jacobi": (220, 120, 180)}
+    rows = [{"config": name, "concurrency": 8, "round": r, "output_tok_s": tok_s,
+             "requests": 4, "identical": 4, "num_drafts": 0}
+            for name, per_round in speeds.items() for r, tok_s in enumerate(per_round)]
+    by = {s["config"]: s for s in serve_compare.summarise(rows)}
+    assert by["jacobi"]["vs_suffix"] == pytest.approx(1.1)  # of 1.1, 1.2 and 0.9
+    assert by["jacobi"]["speedup"] == pytest.approx(2.2)  # of 2.2, 2.4 and 1.8
+    assert by["jacobi"]["output_tok_s"] == 180 and by["jacobi"]["requests"] == 12
+    assert by["jacobi"]["identical"] == 12 and by["jacobi"]["acceptance_length"] is None
