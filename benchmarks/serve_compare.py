@@ -163,19 +163,13 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         by.setdefault((r["config"], r["concurrency"]), {})[r.get("round", 0)] = r
     out = []
     for (name, concurrency), mine in by.items():
-        def ratios(reference: str, mine: dict[int, dict[str, Any]] = mine,
-                   concurrency: int = concurrency) -> float | None:
-            theirs = by.get((reference, concurrency), {})
-            found = [row["output_tok_s"] / theirs[r]["output_tok_s"]
-                     for r, row in mine.items() if r in theirs]
-            return statistics.median(found) if found else None
-
         drafts = sum(r.get("num_drafts") or 0 for r in mine.values())
         identical = [r.get("identical") for r in mine.values()]
         out.append({
             "config": name, "concurrency": concurrency, "rounds": len(mine),
             "output_tok_s": statistics.median(r["output_tok_s"] for r in mine.values()),
-            "speedup": ratios("none"), "vs_suffix": ratios("suffix"),
+            "speedup": _median_ratio(mine, by.get(("none", concurrency), {})),
+            "vs_suffix": _median_ratio(mine, by.get(("suffix", concurrency), {})),
             "acceptance_length": 1 + sum(r["num_accepted_tokens"] for r in mine.values())
             / drafts if drafts else None,
             "draft_length": sum(r["num_draft_tokens"] for r in mine.values()) / drafts
@@ -183,6 +177,15 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "requests": sum(r["requests"] for r in mine.values()),
             "identical": None if None in identical else sum(identical)})
     return out
+
+
+def _median_ratio(mine: dict[int, dict[str, Any]], theirs: dict[int, dict[str, Any]]
+                  ) -> float | None:
+    """The median over the rounds both ran (rows by round) of one's output tokens/s over the
+    other's; None without a common round."""
+    found = [row["output_tok_s"] / theirs[r]["output_tok_s"] for r, row in mine.items()
+             if r in theirs]
+    return statistics.median(found) if found else None
 
 
 def report(rows: list[dict[str, Any]], header: str) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -95,10 +96,9 @@ def main() -> int:
     for row in rows:  # against the same model's suffix and default, per round
         model = row["config"].split()[0]
         for ref in ("suffix", "jacobi"):
-            ratios = sorted(rd[row["config"]]["tokens_per_s"]
-                            / rd[f"{model} {ref}"]["tokens_per_s"] for rd in rounds)
-            row[f"vs_{ref}"] = ratios[len(ratios) // 2] if len(ratios) % 2 else \
-                (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
+            row[f"vs_{ref}"] = statistics.median(rd[row["config"]]["tokens_per_s"]
+                                                 / rd[f"{model} {ref}"]["tokens_per_s"]
+                                                 for rd in rounds)
     (out / "results.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
     lines = [f"{args.dataset}, batch 1, {args.rounds} rounds of {args.prompts} prompts, "
              f"{args.max_tokens} tokens, engines in lock step", "",

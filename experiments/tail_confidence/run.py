@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from vllm_cllm.bench.oracle import _external, _prefix, read_log
+from vllm_cllm.bench.oracle import _external, _prefix, _priced, read_log
 from vllm_cllm.policies.candidate_log import CANDIDATE_LOG_ENV
-from vllm_cllm.policies.cost_model import SPEC_STEP_OVERHEAD_PER_REQUEST, step_cost
+from vllm_cllm.policies.cost_model import draft_costs
 
 ADAPTIVE = {"method": "jacobi", "num_speculative_tokens": 15}
 SIDE: list[Any] = []  # the side log's file, set by patch()
@@ -195,23 +195,22 @@ def simulate(steps: list[dict[str, Any]], rates: dict[tuple, float], confidence:
     tokens = cost = 0.0
     for step in steps:
         knee, floor = step["knee"], step["floor"]
-        plain = 1.0 / step_cost(1, knee, floor)
+        plain = 1.0 / _priced(1, 0, knee, floor)
         best, best_rate = None, plain
         for name in step["candidates"]:
             values = np.cumprod([rates.get(c, 0.3) for c in
                                  token_features(step, name, confidence)])
-            drafted = np.arange(1, len(values) + 1)
-            rate = (1 + np.cumsum(values) / (1 + margin)) / step_cost(
-                1 + SPEC_STEP_OVERHEAD_PER_REQUEST + drafted, knee, floor)
+            rate = (1 + np.cumsum(values) / (1 + margin)) / draft_costs(len(values), knee,
+                                                                         floor)
             n = int(rate.argmax())
             if rate[n] > best_rate:
                 best, best_rate = (name, n + 1), float(rate[n])
         if best is None:
-            tokens, cost = tokens + 1, cost + step_cost(1, knee, floor)
+            tokens, cost = tokens + 1, cost + _priced(1, 0, knee, floor)
         else:
             name, n = best
             tokens += 1 + min(step["accepted"][name], n)
-            cost += step_cost(1 + SPEC_STEP_OVERHEAD_PER_REQUEST + n, knee, floor)
+            cost += _priced(1, n, knee, floor)
     return tokens, cost
 
 
@@ -240,15 +239,13 @@ def analyze(out: Path, models: list[str]) -> None:
         for dataset in sorted({s["dataset"] for s in steps}):
             mine = [s for s in steps if s["dataset"] == dataset]
             actual_tokens = sum(1 + s["actual"] for s in mine)
-            actual_cost = sum(step_cost(1 + (SPEC_STEP_OVERHEAD_PER_REQUEST + len(s["drafted"])
-                                             if s["drafted"] else 0), s["knee"], s["floor"])
+            actual_cost = sum(_priced(1, len(s["drafted"]), s["knee"], s["floor"])
                               for s in mine)
             base = simulate(mine, fit(mine, False), False)
             conf = simulate(mine, fit(mine, True), True)
             oracle_tokens = sum(1 + max(s["accepted"].values(), default=0) for s in mine)
-            oracle_cost = sum(step_cost(1 + (SPEC_STEP_OVERHEAD_PER_REQUEST + max(
-                s["accepted"].values()) if max(s["accepted"].values(), default=0) else 0),
-                s["knee"], s["floor"]) for s in mine)
+            oracle_cost = sum(_priced(1, max(s["accepted"].values(), default=0), s["knee"],
+                                      s["floor"]) for s in mine)
             ref = actual_tokens / actual_cost
             print(f"  {dataset}: steps {len(mine)}; tokens/step actual "
                   f"{actual_tokens / len(mine):.2f}, cells {base[0] / len(mine):.2f}, "

@@ -142,19 +142,16 @@ def oracle_fields(records: list[dict[str, Any]], ids: Sequence[str],
             line = priced[0][1]
             batch, knee, floor = line["batch"], line["knee"], line["floor"]
             more = sum(entry[0] for entry, _ in priced)
-            plain = batch / step_cost(batch, knee, floor)
-            drafting = (batch + more) / step_cost(
-                batch * (1 + SPEC_STEP_OVERHEAD_PER_REQUEST) + more, knee, floor)
-            if not (more and drafting > plain):
+            best = _priced(batch, more, knee, floor)
+            if not (more and (batch + more) / best > batch / _priced(batch, 0, knee, floor)):
                 for entry, _ in priced:
                     entry[3] = 0
-                more = 0
+                more, best = 0, _priced(batch, 0, knee, floor)
             # the requests of the step not logged (no room) commit one token each
-            drafted_tokens = sum(entry[6] for entry, _ in priced)
             row_tokens += batch + sum(entry[1] for entry, _ in priced)
-            row_cost += _priced(batch, drafted_tokens, knee, floor)
+            row_cost += _priced(batch, sum(entry[6] for entry, _ in priced), knee, floor)
             best_tokens += batch + more
-            best_cost += _priced(batch, more, knee, floor)
+            best_cost += best
     decoded = sum(len(t) - 1 for t, s in zip(tokens, steps, strict=True) if s > 1)
     decode_steps = sum(s - 1 for s in steps if s > 1)
     recorded = sum(len(positions) for positions in found.values())
