@@ -30,7 +30,9 @@ match's length (``SPEC_OFFSET``, set in that engine's worker) against the shippe
 vLLM's ``suffix``, on both models; ``reach-wide`` — the same with the lookup's earlier, wider
 reach (2 tokens past the match, probability down to 0.05), on the base model (``reach-wide-cllm``:
 the demo);
-``k-24`` — adaptive k at 15 and at vLLM ``suffix``'s default 24, beside ``suffix``, on both models.
+``k-24`` — adaptive k at 15 and at vLLM ``suffix``'s default 24, beside ``suffix``, on both models;
+``drain-price`` — adaptive k against the same with the requests that end a draining batch
+priced as in a batch that refills, beside ``suffix``, on both models.
 """
 
 from __future__ import annotations
@@ -109,6 +111,19 @@ def set_lookup_reach(offset: float, min_token_prob: float | None = None) -> None
 #: The lookup's earlier reach: 2 tokens past the match, probability down to 0.05.
 WIDE_REACH = partial(set_lookup_reach, 2.0, 0.05)
 
+def price_drain_as_refill() -> None:
+    """In an engine's worker: in a draining batch the requests that end last draft, but priced
+    at the step's whole batch size, as in a batch that refills."""
+    from vllm_cllm.policies import adaptive
+
+    original = adaptive.drain_rooms
+
+    def refill_priced(step: Any, knee_tokens: float, floor_tokens: float) -> tuple[Any, int]:
+        return original(step, knee_tokens, floor_tokens)[0], len(step)
+
+    adaptive.drain_rooms = refill_priced
+
+
 #: The lookup-reach studies: per preset, its models, the variant's label and what that
 #: variant's engine runs in its worker first; each beside the shipped reach and vLLM's ``suffix``.
 REACHES: dict[str, tuple[tuple[str, ...], str, Callable[[], None]]] = {
@@ -144,14 +159,18 @@ PRESETS: dict[str, Configs] = {
     "k-24": {name: config for m in ("base", "cllm") for name, config in {
         **adaptive_variants(m, K_24), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
+    "drain-price": {name: config for m in ("base", "cllm") for name, config in {
+        **adaptive_variants(m, {"refill price": {}}), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
     **{preset: {name: config for m in models for name, config in {
         **adaptive_variants(m, {label: {}}), f"{m} suffix": (m, SUFFIX_SPEC)}.items()}
        for preset, (models, label, _) in REACHES.items()},
 }
 #: Per preset, the engines whose worker runs a function before the engine is built.
 SETUPS: dict[str, dict[str, Callable[[], None]]] = {
-    preset: {f"{m} jacobi adaptive {label}": setup for m in models}
-    for preset, (models, label, setup) in REACHES.items()}
+    **{preset: {f"{m} jacobi adaptive {label}": setup for m in models}
+       for preset, (models, label, setup) in REACHES.items()},
+    "drain-price": {f"{m} jacobi adaptive refill price": price_drain_as_refill
+                    for m in ("base", "cllm")}}
 
 
 def summarise(rounds: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from tests.fakes import jacobi, predictions, step
 from vllm_cllm.core.flow import REFILL_STEPS, BatchFlow
 from vllm_cllm.core.tokens import matched_prefix
 from vllm_cllm.policies.adaptive import drain_rooms
+from vllm_cllm.policies.cost_model import draft_lengths_grid
 
 
 def _steps(flow: BatchFlow, previous: set[str], live: set[str], steps: int) -> set[str]:
@@ -58,14 +59,36 @@ def test_a_fresh_batch_keeps_what_the_last_one_taught():
 
 def test_only_the_requests_that_end_last_draft_where_drafts_cost_time():
     s = step([[1, 2, 3]] * 4, [[3]] * 4, rooms=8)
-    assert drain_rooms(s, 24.0, 0.0) is s.rooms  # the batch refills: every room as it is
+    rooms, priced = drain_rooms(s, 24.0, 0.0)
+    assert rooms is s.rooms and priced == 4  # the batch refills: every room, the whole batch
     s.remaining = np.array([100, 100, 60, 95])
-    assert drain_rooms(s, 24.0, 0.0).tolist() == [8, 8, 0, 8]  # 40 behind, 5 within a draft
+    rooms, priced = drain_rooms(s, 24.0, 0.0)
+    assert rooms.tolist() == [8, 8, 0, 8]  # 40 behind, 5 within a draft
+    assert priced == 3  # priced as a batch of the three that end last
     s.remaining = np.array([5, 3, 1, 2])  # at most what each may still commit, less one
-    assert drain_rooms(s, 24.0, 0.0).tolist() == [4, 2, 0, 1]
+    rooms, priced = drain_rooms(s, 24.0, 0.0)
+    assert rooms.tolist() == [4, 2, 0, 1] and priced == 4
     # below the floor drafts cost nothing: every room as it is
     s.remaining = np.array([100, 100, 60, 95])
-    assert drain_rooms(s, 24.0, 40.0) is s.rooms
+    rooms, priced = drain_rooms(s, 24.0, 40.0)
+    assert rooms is s.rooms and priced == 4
+
+
+def test_the_request_that_ends_last_drafts_more_than_in_a_batch_that_refills():
+    """A token of the one request that ends last saves a step at the batch's end, where only
+    it runs: its drafts are sized as a batch of one, not of sixteen."""
+    s = step([[1, 2, 3]] * 16, [[3]] * 16, rooms=8)
+    values = np.zeros((16, 8))
+    values[15] = 0.45 ** np.arange(1, 9) / 0.45 * 0.9  # 0.9, 0.41, 0.18, ...
+    caps = np.full(16, 8)
+    refill = draft_lengths_grid(values, caps, 24.0, 0.0, token_margin=0.3,
+                                batch=drain_rooms(s, 24.0, 0.0)[1])
+    s.remaining = np.array([60] * 15 + [100])
+    rooms, priced = drain_rooms(s, 24.0, 0.0)
+    drain = draft_lengths_grid(values, np.minimum(caps, rooms), 24.0, 0.0, token_margin=0.3,
+                               batch=priced)
+    assert priced == 1 and rooms[:15].sum() == 0
+    assert drain[15] > refill[15] and drain[:15].sum() == 0
 
 
 def _run(proposer, limits: dict[str, tuple[int, int]], schedule: list[list[str]]

@@ -124,8 +124,9 @@ def test_choosing_matches_numpy_to_the_bit():
         sources = {"suffix": level if trial % 2 else SimpleNamespace(), "ngram": None,
                    "tail": None}
         levels = policy._level_table(sources, [None] * rows, rows)
-        expected = policy._choose(step, grid, sizes.copy(), previous, None, rooms, *levels)
-        got = policy._choose_native(step, grid, sizes.copy(), previous, None, rooms, *levels)
+        expected = policy._choose(step, batch, grid, sizes.copy(), previous, None, rooms, *levels)
+        got = policy._choose_native(step, batch, grid, sizes.copy(), previous, None,
+                                       rooms, *levels)
         for mine, theirs in zip(got, expected, strict=True):
             assert mine.dtype == theirs.dtype and np.array_equal(mine, theirs)
 

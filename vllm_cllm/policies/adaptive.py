@@ -53,21 +53,25 @@ from vllm_cllm.policies.fixed_order import gather
 SMALL_STEP = 4
 
 
-def drain_rooms(step: VerifyStep, knee_tokens: float, floor_tokens: float) -> np.ndarray:
-    """[B] the draft tokens each request of ``step`` may take: its room, and where the batch
-    drains (``step.remaining`` set) and a draft token costs time (the step without drafts
-    already at or above the floor), none for a request that will end more than a draft's
-    width before the last one: a token it gains shortens no step of the batch, and buys back
-    only its own query token, which a draft token costs. The others draft as in a batch that
-    refills, at most what they may still commit (a conservative price: the last requests'
-    tokens shorten the run for all)."""
+def drain_rooms(step: VerifyStep, knee_tokens: float, floor_tokens: float
+                ) -> tuple[np.ndarray, int]:
+    """[B] the draft tokens each request of ``step`` may take, and the batch size its drafts
+    are priced at. Where the batch refills: every room, priced at the step's batch size.
+    Where it drains (``step.remaining`` set) and a draft token costs time (the step without
+    drafts already at or above the floor): none for a request that will end more than a
+    draft's width before the last one (a token it gains shortens no step of the batch, and
+    buys back only its own query token, which a draft token costs); the others, at most what
+    they may still commit, priced as a batch of only them. Their tokens decide when the
+    batch ends: one they gain saves a share of a step at its end, where only they run, not
+    the share of this step that a token of a refilling batch of ``B`` saves."""
     remaining = step.remaining
     if remaining is None or len(step) < 2 or knee_tokens + len(step) * (
             1 + SPEC_STEP_OVERHEAD_PER_REQUEST) < floor_tokens:
-        return step.rooms
+        return step.rooms, len(step)
     slack = int(step.rooms.max(initial=0))
     last = remaining >= int(remaining.max()) - slack
-    return np.where(last, np.minimum(step.rooms, np.maximum(remaining - 1, 0)), 0)
+    return (np.where(last, np.minimum(step.rooms, np.maximum(remaining - 1, 0)), 0),
+            int(np.count_nonzero(last)))
 
 
 def best_candidate(values: dict[str, np.ndarray], knee_tokens: float, floor_tokens: float,
@@ -371,7 +375,8 @@ class Adaptive:
     def draft(self, step: VerifyStep, rows: Sequence[int], states: Sequence[RequestState],
               sources: Mapping[str, DraftSource]) -> list[np.ndarray]:
         outcomes = self.observe(step, rows, states)
-        all_rooms = drain_rooms(step, *self.cost.at(len(step))) if self.drain else step.rooms
+        all_rooms, priced = drain_rooms(step, *self.cost.at(len(step))) if self.drain \
+            else (step.rooms, len(step))
         subset = step.rows_index(rows)
         rooms = all_rooms if subset is None else all_rooms[subset]
         if not np.count_nonzero(rooms):  # (a drafting request has room unless drain took it)
@@ -379,14 +384,14 @@ class Adaptive:
                 outcome.batch = outcome.small = None
             return [EMPTY] * len(rows)
         if len(rows) <= SMALL_STEP:
-            return self._draft_small(step, rows, states, outcomes, sources, rooms)
+            return self._draft_small(step, rows, states, outcomes, sources, rooms, priced)
         grid, sizes = candidate_grid(sources, self.names, step, rows, rooms, states)
         found = sizes.copy() if self.recorder is not None else sizes  # before restarts
         previous = np.array([outcome.previous for outcome in outcomes], dtype=np.int64)
         tail = self._tail
         tail_sizes = sizes[:, tail].tolist()  # 0: offered a restart block instead
         choose = self._choose_native if self.acceptance.native is not None else self._choose
-        cells, values, best, sized = choose(step, grid, sizes, previous, subset, rooms,
+        cells, values, best, sized = choose(step, priced, grid, sizes, previous, subset, rooms,
                                             *self._level_table(sources, states, len(rows)))
         kept = (grid, cells)
         for r, outcome in enumerate(outcomes):
@@ -421,7 +426,7 @@ class Adaptive:
             self._record(step, rows, candidates, drafts, restarts, drawn, expected)
         return drafts
 
-    def _choose(self, step: VerifyStep, grid: np.ndarray, sizes: np.ndarray,
+    def _choose(self, step: VerifyStep, batch: int, grid: np.ndarray, sizes: np.ndarray,
                 previous: np.ndarray, subset: np.ndarray | None, rooms: np.ndarray,
                 level: np.ndarray | None, backed: np.ndarray | None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -429,8 +434,9 @@ class Adaptive:
         candidates' values [R, S, K], each request's chosen slot [R] (-1: none) and its draft
         tokens [R]. A request without a tail (``sizes``' tail slot 0) is offered a restart
         block of its room in that slot (its ``sizes`` entry is set). ``level`` and ``backed``:
-        :meth:`_level_table`."""
-        knee, floor = self.cost.at(len(step))
+        :meth:`_level_table`. ``batch``: the batch size the drafts are priced at
+        (:func:`drain_rooms`)."""
+        knee, floor = self.cost.at(batch)
         width = grid.shape[2]
         levels = None
         if level is not None and backed is not None:
@@ -453,16 +459,15 @@ class Adaptive:
         sized[chosen] = draft_lengths_grid(values[chosen, slot],
                                            np.minimum(rooms[chosen], sizes[chosen, slot]),
                                            knee, floor, token_margin=self.token_margin,
-                                           batch=len(step))
+                                           batch=batch)
         return cells, values, best, sized
 
-    def _choose_native(self, step: VerifyStep, grid: np.ndarray, sizes: np.ndarray,
+    def _choose_native(self, step: VerifyStep, batch: int, grid: np.ndarray, sizes: np.ndarray,
                        previous: np.ndarray, subset: np.ndarray | None, rooms: np.ndarray,
                        level: np.ndarray | None, backed: np.ndarray | None
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`_choose` in one call of the C module (``_grid_native.choose``): the same
         cells, values, choices and sizes, to the bit."""
-        batch = len(step)
         num_rows, num_slots, width = grid.shape
         knee, floor = self.cost.at(batch)
         table = self.acceptance
@@ -494,13 +499,14 @@ class Adaptive:
 
     def _draft_small(self, step: VerifyStep, rows: Sequence[int],
                      states: Sequence[RequestState], outcomes: list[Outcome],
-                     sources: Mapping[str, DraftSource], rooms: np.ndarray
+                     sources: Mapping[str, DraftSource], rooms: np.ndarray, batch: int
                      ) -> list[np.ndarray]:
         """:meth:`draft` for a step of a few requests, in plain Python: the same votes,
         values (sequential products and sums, as numpy's cumprod and cumsum), choices and
         sizing (:func:`draft_lengths_grid`'s merge as a sort of the same keys), to the bit.
-        ``rooms``: each request's room (of ``rows``)."""
-        knee, floor = self.cost.at(len(step))
+        ``rooms``: each request's room (of ``rows``); ``batch``: the batch size the drafts are
+        priced at."""
+        knee, floor = self.cost.at(batch)
         table = self.acceptance
         lengths = rooms.tolist()
         candidates = gather(sources, self.names, step, rows, lengths, states)
@@ -548,7 +554,7 @@ class Adaptive:
             if best >= 0:
                 assert best_values is not None
                 chosen.append((j, best, best_values))
-        sized = _sized_small(step, rows, lengths, chosen, knee, floor, self.token_margin)
+        sized = _sized_small(rows, lengths, chosen, knee, floor, self.token_margin, batch)
         drafts = [EMPTY] * len(rows)
         restarts = [j for j, s, _ in chosen if s == tail and not len(candidates[names[tail]][j])
                     and sized.get(j)]
@@ -636,11 +642,11 @@ class Adaptive:
                              self.cost.at(len(step)),
                              dict(zip(restarts, drawn, strict=True)), self.restart, expected)
 
-def _sized_small(step: VerifyStep, rows: Sequence[int], lengths: list[int],
+def _sized_small(rows: Sequence[int], lengths: list[int],
                  chosen: list[tuple[int, int, list[float]]], knee: float, floor: float,
-                 token_margin: float) -> dict[int, int]:
+                 token_margin: float, batch: int) -> dict[int, int]:
     """:func:`draft_lengths_grid` for the chosen candidates of a few requests (``chosen``:
-    the request's index in ``rows``, its slot, its values), over the whole step's batch:
+    the request's index in ``rows``, its slot, its values), priced in a batch of ``batch``:
     draft tokens per request index (missing: none)."""
     items = []
     for j, _, values in chosen:
@@ -651,7 +657,6 @@ def _sized_small(step: VerifyStep, rows: Sequence[int], lengths: list[int],
     if not items:
         return {}
     items.sort()
-    batch = len(step)
     trust = 1.0 / (1.0 + token_margin)
     gain, tokens = float(batch), batch * (1 + SPEC_STEP_OVERHEAD_PER_REQUEST)
     rate = gain / max(floor, knee + tokens)
