@@ -213,12 +213,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("drain", bool, ("jacobi",), default=True,
            only={"jacobi": _ADAPTIVE},
            meaning="in a batch that drains, only the requests that end last draft where "
-                   "drafts cost time",
+                   "drafts cost time, priced as a batch of only them",
            doc="A batch drains when its requests finish and none take their places (an "
                "offline batch, the end of a run): the steps go on until its last request "
                "ends, so a token gained by a request that ends earlier shortens no step. "
                "Such requests then draft nothing where a draft token costs time (above the "
-               "cost model's floor); the others draft as usual (docs/decisions.md)."),
+               "cost model's floor); the others draft priced as a batch of only them, since "
+               "their tokens decide when the batch ends (docs/decisions.md)."),
     Option("history_size", int, ("jacobi", "space"), low=0,
            high=lambda p: LOOKUPS[p.get("lookup") or "history"], default=_default_history,
            default_text={"jacobi": "1024 (`suffix`), 16 (`history`)", "space": "16"},

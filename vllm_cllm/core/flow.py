@@ -5,8 +5,8 @@ ends) a request that gets ahead frees its place for another sooner, so each toke
 saves its share of a whole step. Where it drains (an offline batch, the end of a run) the
 steps go on until its last request ends: a token a request gains saves only its own query
 token, unless that request is among those that end last. The adaptive policy prices drafts
-for the first case and, in a draining batch, drafts only for the requests that end last
-(:func:`vllm_cllm.policies.adaptive.drain_rooms`).
+for the first case and, in a draining batch, drafts only for the requests that end last,
+priced as a batch of only them (:func:`vllm_cllm.policies.adaptive.drain_rooms`).
 
 Learned from the batch's ids alone, so every tensor-parallel rank sees the same.
 """

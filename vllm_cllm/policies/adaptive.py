@@ -9,7 +9,8 @@ candidate is sized against the rest of the batch by the cost model
 last draft was accepted whole, or nothing was drafted) is offered a restart block, valued as
 the tail it buys. The cost model weighs what drafts would be accepted against what they
 cost at every batch size. In a batch that drains (:mod:`vllm_cllm.core.flow`) only the
-requests that end last draft where drafts cost time (:func:`drain_rooms`).
+requests that end last draft where drafts cost time, priced as a batch of only them
+(:func:`drain_rooms`).
 """
 
 from __future__ import annotations
