@@ -33,6 +33,8 @@ try:  # the grid arithmetic in C (_grid_native.c), built by setup.py where a com
     from vllm_cllm.policies import _grid_native
 except ImportError:  # not built: numpy, the same results to the bit
     _grid_native = None
+#: Whether the C module is built.
+NATIVE = _grid_native is not None
 
 #: Draft positions with a cell of their own; later positions share the last cell.
 POSITIONS = 5

@@ -32,6 +32,7 @@ from vllm_cllm.policies.acceptance import (
     LEVELS,
     MAX_VOTES,
     MISSED,
+    NATIVE,
     UNDRAFTED,
     TokenAcceptance,
     add_ones_scalar,
@@ -49,9 +50,10 @@ from vllm_cllm.policies.cost_model import (
 from vllm_cllm.policies.fixed_order import gather
 
 #: Steps of at most this many adaptive requests are valued in plain Python
-#: (:meth:`Adaptive._draft_small`): below it the grid's fixed cost of some forty numpy calls
-#: outweighs what the grid saves per request.
-SMALL_STEP = 4
+#: (:meth:`Adaptive._draft_small`): below it the grid's fixed cost outweighs what the grid
+#: saves per request; some forty numpy calls in numpy, one call of the C module where it is
+#: built (there the grid costs what Python does at one request and less from two).
+SMALL_STEP = 1 if NATIVE else 4
 
 
 def drain_rooms(step: VerifyStep, knee_tokens: float, floor_tokens: float
