@@ -111,6 +111,7 @@ def set_lookup_reach(offset: float, min_token_prob: float | None = None) -> None
 #: The lookup's earlier reach: 2 tokens past the match, probability down to 0.05.
 WIDE_REACH = partial(set_lookup_reach, 2.0, 0.05)
 
+
 def price_drain_as_refill() -> None:
     """In an engine's worker: in a draining batch the requests that end last draft, but priced
     at the step's whole batch size, as in a batch that refills."""
