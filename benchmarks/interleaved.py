@@ -198,6 +198,33 @@ def summarise(rounds: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     return rows
 
 
+def measure_rounds(configs: Configs, setups: dict[str, Callable[[], None]] | None,
+                   dataset: str, batch_size: int, per_round: int, rounds: int, offset: int,
+                   max_tokens: int) -> list[dict[str, dict[str, Any]]]:
+    """Every engine of ``configs`` (name: model label and speculative config; ``setups``: what
+    an engine's worker runs first) loaded at once, and ``rounds`` fresh groups of
+    ``per_round`` prompts of ``dataset`` (after the first ``offset``) run by all of them in
+    lock step at ``batch_size``: per round, each engine's measurement (EnginePool.measure).
+    ValueError where the data set holds too few prompts."""
+    from transformers import AutoTokenizer
+
+    need = offset + per_round * rounds
+    plan = BenchPlan(datasets=(dataset,), batch_sizes=(1,), prompts_per_batch={1: need})
+    dirs = {k: str(model_path(v)) for k, v in MODELS.items()}
+    prompts = prompt_sets(plan, AutoTokenizer.from_pretrained(dirs["base"]))[dataset][offset:need]
+    if len(prompts) < need - offset:
+        raise ValueError(f"{dataset} has {len(prompts) + offset} prompts; {rounds} rounds of "
+                         f"{per_round} after an offset of {offset} need {need}")
+    measured: list[dict[str, dict[str, Any]]] = []
+    with EnginePool({name: (dirs[model], spec) for name, (model, spec) in configs.items()},
+                    setups) as pool:
+        for r in tqdm(range(rounds), desc="rounds"):
+            group = {"batch_size": batch_size, "warmup": [WARMUP_PROMPT] * batch_size,
+                     "prompts": prompts[r * per_round:(r + 1) * per_round]}
+            measured.append(pool.measure(group, max_tokens))
+    return measured
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="gsm-b1")
@@ -212,23 +239,12 @@ def main() -> int:
     parser.add_argument("--out", default="results/interleaved")
     args = parser.parse_args()
     per_round = args.prompts or (2 if args.batch_size == 1 else args.batch_size)
-    need = args.offset + per_round * args.rounds
-    plan = BenchPlan(datasets=(args.dataset,), batch_sizes=(1,), prompts_per_batch={1: need})
-    from transformers import AutoTokenizer
-
-    dirs = {k: str(model_path(v)) for k, v in MODELS.items()}
-    prompts = prompt_sets(plan, AutoTokenizer.from_pretrained(dirs["base"]))[args.dataset]
-    prompts = prompts[args.offset:need]
-    if len(prompts) < need - args.offset:
-        parser.error(f"{args.dataset} has {len(prompts) + args.offset} prompts; {args.rounds} "
-                     f"rounds of {per_round} after an offset of {args.offset} need {need}")
-    configs = {name: (dirs[model], spec) for name, (model, spec) in PRESETS[args.preset].items()}
-    rounds: list[dict[str, dict[str, Any]]] = []
-    with EnginePool(configs, SETUPS.get(args.preset)) as pool:
-        for r in tqdm(range(args.rounds), desc="rounds"):
-            group = {"batch_size": args.batch_size, "warmup": [WARMUP_PROMPT] * args.batch_size,
-                     "prompts": prompts[r * per_round:(r + 1) * per_round]}
-            rounds.append(pool.measure(group, args.max_tokens))
+    try:
+        rounds = measure_rounds(PRESETS[args.preset], SETUPS.get(args.preset), args.dataset,
+                                args.batch_size, per_round, args.rounds, args.offset,
+                                args.max_tokens)
+    except ValueError as error:
+        parser.error(str(error))
     rows = summarise(rounds)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -21,8 +21,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 #: The shortest draft the rule extends.
 MIN_DRAFT = 3
 
@@ -55,12 +53,9 @@ def extend_ngram_drafts() -> None:
 
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    from interleaved import ADAPTIVE, summarise
+    from interleaved import ADAPTIVE, measure_rounds, summarise
 
-    from vllm_cllm.bench.engine_pool import EnginePool
-    from vllm_cllm.bench.measure import WARMUP_PROMPT
-    from vllm_cllm.bench.suite import DATASETS, MODELS, SUFFIX_SPEC, BenchPlan, prompt_sets
-    from vllm_cllm.runtime.checkpoints import model_path
+    from vllm_cllm.bench.suite import DATASETS, SUFFIX_SPEC
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="gsm", choices=DATASETS)
@@ -71,25 +66,13 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    need = args.offset + args.prompts * args.rounds
-    from transformers import AutoTokenizer
-
-    dirs = {k: str(model_path(v)) for k, v in MODELS.items()}
-    plan = BenchPlan(datasets=(args.dataset,), batch_sizes=(1,), prompts_per_batch={1: need})
-    prompts = prompt_sets(plan, AutoTokenizer.from_pretrained(dirs["base"]))[args.dataset]
-    prompts = prompts[args.offset:need]
     configs, setups = {}, {}
     for m in args.models:
-        configs |= {f"{m} none": (dirs[m], None), f"{m} suffix": (dirs[m], SUFFIX_SPEC),
-                    f"{m} jacobi": (dirs[m], ADAPTIVE),
-                    f"{m} jacobi extended": (dirs[m], ADAPTIVE)}
+        configs |= {f"{m} none": (m, None), f"{m} suffix": (m, SUFFIX_SPEC),
+                    f"{m} jacobi": (m, ADAPTIVE), f"{m} jacobi extended": (m, ADAPTIVE)}
         setups[f"{m} jacobi extended"] = extend_ngram_drafts
-    rounds = []
-    with EnginePool(configs, setups) as pool:
-        for r in tqdm(range(args.rounds), desc="rounds"):
-            group = {"batch_size": 1, "warmup": [WARMUP_PROMPT],
-                     "prompts": prompts[r * args.prompts:(r + 1) * args.prompts]}
-            rounds.append(pool.measure(group, args.max_tokens))
+    rounds = measure_rounds(configs, setups, args.dataset, 1, args.prompts, args.rounds,
+                            args.offset, args.max_tokens)
     rows = summarise(rounds)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -142,11 +142,11 @@ def oracle_fields(records: list[dict[str, Any]], ids: Sequence[str],
             line = priced[0][1]
             batch, knee, floor = line["batch"], line["knee"], line["floor"]
             more = sum(entry[0] for entry, _ in priced)
-            best = _priced(batch, more, knee, floor)
-            if not (more and (batch + more) / best > batch / _priced(batch, 0, knee, floor)):
+            plain, best = _priced(batch, 0, knee, floor), _priced(batch, more, knee, floor)
+            if not (more and (batch + more) / best > batch / plain):
                 for entry, _ in priced:
                     entry[3] = 0
-                more, best = 0, _priced(batch, 0, knee, floor)
+                more, best = 0, plain
             # the requests of the step not logged (no room) commit one token each
             row_tokens += batch + sum(entry[1] for entry, _ in priced)
             row_cost += _priced(batch, sum(entry[6] for entry, _ in priced), knee, floor)
