@@ -32,9 +32,7 @@ reach (2 tokens past the match, probability down to 0.05), on the base model (``
 the demo);
 ``k-24`` — adaptive k at 15 and at vLLM ``suffix``'s default 24, beside ``suffix``, on both models;
 ``drain-price`` — adaptive k against the same with the requests that end a draining batch
-priced as in a batch that refills, beside ``suffix``, on both models; ``filled-outcome`` —
-adaptive k against the same with a draft accepted in full counted as one accepted in part
-(no ``FILLED`` outcome cell), beside ``suffix``, on both models.
+priced as in a batch that refills, beside ``suffix``, on both models.
 """
 
 from __future__ import annotations
@@ -127,14 +125,6 @@ def price_drain_as_refill() -> None:
     adaptive.drain_rooms = refill_priced
 
 
-def merge_filled_outcome() -> None:
-    """In an engine's worker: a draft accepted in full counts as one accepted in part (the
-    acceptance table's outcome cells as they were before ``FILLED``)."""
-    from vllm_cllm.policies import acceptance, adaptive
-
-    adaptive.FILLED = acceptance.HIT
-
-
 #: The lookup-reach studies: per preset, its models, the variant's label and what that
 #: variant's engine runs in its worker first; each beside the shipped reach and vLLM's ``suffix``.
 REACHES: dict[str, tuple[tuple[str, ...], str, Callable[[], None]]] = {
@@ -172,8 +162,6 @@ PRESETS: dict[str, Configs] = {
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
     "drain-price": {name: config for m in ("base", "cllm") for name, config in {
         **adaptive_variants(m, {"refill price": {}}), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
-    "filled-outcome": {name: config for m in ("base", "cllm") for name, config in {
-        **adaptive_variants(m, {"filled as hit": {}}), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
     **{preset: {name: config for m in models for name, config in {
         **adaptive_variants(m, {label: {}}), f"{m} suffix": (m, SUFFIX_SPEC)}.items()}
        for preset, (models, label, _) in REACHES.items()},
@@ -183,9 +171,7 @@ SETUPS: dict[str, dict[str, Callable[[], None]]] = {
     **{preset: {f"{m} jacobi adaptive {label}": setup for m in models}
        for preset, (models, label, setup) in REACHES.items()},
     "drain-price": {f"{m} jacobi adaptive refill price": price_drain_as_refill
-                    for m in ("base", "cllm")},
-    "filled-outcome": {f"{m} jacobi adaptive filled as hit": merge_filled_outcome
-                       for m in ("base", "cllm")}}
+                    for m in ("base", "cllm")}}
 
 
 def summarise(rounds: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:

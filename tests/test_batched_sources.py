@@ -8,7 +8,7 @@ import heapq
 import numpy as np
 import pytest
 
-from vllm_cllm.policies.acceptance import OUTCOMES, TokenAcceptance, _add_ones, add_ones_scalar
+from vllm_cllm.policies.acceptance import TokenAcceptance, _add_ones, add_ones_scalar
 from vllm_cllm.policies.adaptive import best_candidate, best_candidates
 from vllm_cllm.policies.cost_model import draft_lengths, draft_lengths_grid, step_cost
 from vllm_cllm.sources.ngram import ngram_continuations, ngram_starts
@@ -84,7 +84,7 @@ def test_grid_values_and_best_candidates_match_the_per_request_ones():
     for _ in range(60):
         batch, k = int(rng.integers(1, 20)), 6
         found = [_candidates(rng, k=k) for _ in range(batch)]
-        previous = rng.integers(0, OUTCOMES, batch)
+        previous = rng.integers(0, 3, batch)
         cells = np.full((batch, len(NAMES), k), -1, dtype=np.int64)
         for r, candidates in enumerate(found):
             for s, name in enumerate(NAMES):

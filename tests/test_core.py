@@ -78,29 +78,6 @@ def test_a_toy_source_competes_in_the_adaptive_policy_and_wins_where_it_is_right
     assert lengths[-1] == 4
 
 
-def test_a_draft_accepted_in_full_is_an_outcome_of_its_own():
-    """How a request's last draft fared picks its cells: nothing accepted, some, all of it
-    (its sizing, not a miss, ended it), nothing drafted."""
-    from vllm_cllm.policies.acceptance import FILLED, HIT, MISSED, UNDRAFTED
-
-    policy = Adaptive(["period", "tail"], CostModel(20, 0), token_margin=0.3)
-    drafter = Drafter([Period(4), JacobiTail(), RestartBlock(0)], [policy])
-    text = [3, 4, 5, 6] * 30
-    draft = drafter.propose(step([text[:8]], [[6]], rooms=4, req_ids=["a"]))[0]
-    outcome = drafter.table.get("a").parts[policy.part]
-    assert outcome.previous == UNDRAFTED
-    length = 8
-    for fared in (FILLED, HIT, MISSED, FILLED):
-        assert len(draft) >= 2  # the toy's period: drafted every step
-        accepted = {FILLED: len(draft), HIT: 1, MISSED: 0}[fared]
-        if fared != FILLED:  # the model's token where the draft missed
-            text[length + accepted] = 99
-        committed = text[length:length + accepted + 1]
-        length += accepted + 1
-        draft = drafter.propose(step([text[:length]], [committed], rooms=4, req_ids=["a"]))[0]
-        assert outcome.previous == fared
-
-
 @pytest.mark.parametrize("batch", [4, 8])  # the small step's path and the grid's
 def test_what_a_request_costs_makes_drafts_cheaper_beside_it(batch):
     """Text of period 4, every guess accepted: where a step's fixed part is a single query

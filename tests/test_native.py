@@ -14,7 +14,7 @@ from test_batched_sources import NAMES, _candidates, _random_step, _same_drafts_
 from vllm_cllm.core import step as core_step
 from vllm_cllm.core.step import VerifyStep
 from vllm_cllm.policies import acceptance
-from vllm_cllm.policies.acceptance import HALVE_AT, OUTCOMES, TokenAcceptance
+from vllm_cllm.policies.acceptance import HALVE_AT, TokenAcceptance
 from vllm_cllm.policies.adaptive import Adaptive
 from vllm_cllm.policies.cost_model import CostModel
 from vllm_cllm.sources import ngram
@@ -66,7 +66,7 @@ def test_counting_halves_as_request_by_request(native):
     for _ in range(300):
         batch = int(rng.integers(1, 64))
         found = [_candidates(rng, k=k) for _ in range(batch)]
-        previous = rng.integers(0, OUTCOMES, batch)
+        previous = rng.integers(0, 3, batch)
         committed = [rng.integers(0, 6, int(rng.integers(1, k + 2))).tolist()
                      for _ in range(batch)]
         before = one.trials.copy()
@@ -116,7 +116,7 @@ def test_choosing_matches_numpy_to_the_bit():
         for r in range(rows):
             for s in range(len(NAMES)):
                 grid[r, s, :sizes[r, s]] = rng.integers(0, 4, sizes[r, s])
-        previous = rng.integers(0, OUTCOMES, rows)
+        previous = rng.integers(0, 3, rows)
         rooms = rng.integers(1, k + 1, rows)
         rooms[rng.integers(0, rows)] = k
         step = _Step(batch, rng.integers(0, 3, rows) * 50)

@@ -5,9 +5,9 @@ lookup, the request's own n-gram continuation, the model's Jacobi tail). Each to
 candidate falls into a cell — its source, its position in the draft (0..3, 4 and later
 together), how many of the *other* candidates put the same token at the same position, how
 strongly its source backs it (the suffix trees: how long a match of the context it
-continues), and how the request's previous draft fared (nothing accepted, some of it, all
-of it, nothing drafted) —, and each cell holds how often a token in it was accepted given
-that the tokens before it were. Agreement is a strong signal: a lookup token that the
+continues), and how the request's previous draft fared (nothing accepted, something
+accepted, nothing drafted) —, and each cell holds how often a token in it was accepted
+given that the tokens before it were. Agreement is a strong signal: a lookup token that the
 Jacobi tail also predicts is accepted far more often than one it contradicts
 (docs/decisions.md); so is a long match of the context behind a lookup.
 
@@ -44,11 +44,8 @@ MAX_VOTES = 2
 #: .match_level`: how long a match of the context the lookup continues); 0 where it does not.
 #: A token's vote cell is ``vote * LEVELS + level``.
 LEVELS = 4
-#: How the request's previous draft fared: a cell of its own each. ``FILLED``: every draft
-#: token accepted (the draft was cut short by its sizing, not by a miss: the run it follows
-#: tends to go on, so later positions there are accepted more often than after a miss within).
-MISSED, HIT, UNDRAFTED, FILLED = 0, 1, 2, 3
-OUTCOMES = 4
+#: How the request's previous draft fared: a cell of its own each.
+MISSED, HIT, UNDRAFTED = 0, 1, 2
 #: The prior: this many observations at a 30 % acceptance. Low enough that a fresh engine
 #: under load drafts nothing until its cells show better, high enough that at batch 1 it
 #: drafts from the first step (its first verify steps fill the cells of position 0 whether
@@ -68,7 +65,7 @@ class TokenAcceptance:
     def __init__(self, sources: tuple[str, ...]) -> None:
         self.sources = sources
         self._row = {name: i for i, name in enumerate(sources)}
-        shape = (len(sources), POSITIONS, (MAX_VOTES + 1) * LEVELS, OUTCOMES)
+        shape = (len(sources), POSITIONS, (MAX_VOTES + 1) * LEVELS, 3)
         #: trials and acceptances side by side, so that a step adds to both at once
         #: (:meth:`observe_grid`); ``trials`` and ``accepted`` are its two halves
         self.counts = np.empty((2, *shape))
@@ -83,8 +80,7 @@ class TokenAcceptance:
 
     def cells(self, candidates: dict[str, np.ndarray], previous: int = UNDRAFTED) -> Cells:
         """Each non-empty candidate's (source row, position cells, vote cells, ``previous``:
-        how the request's last draft fared, :data:`MISSED` / :data:`HIT` / :data:`FILLED` /
-        :data:`UNDRAFTED`)."""
+        how the request's last draft fared, :data:`MISSED` / :data:`HIT` / :data:`UNDRAFTED`)."""
         names = [name for name, draft in candidates.items() if len(draft)]
         if not names:
             return {}

@@ -27,7 +27,6 @@ from vllm_cllm.core.requests import RequestState
 from vllm_cllm.core.step import VerifyStep, every_row_in_order
 from vllm_cllm.core.tokens import EMPTY
 from vllm_cllm.policies.acceptance import (
-    FILLED,
     HALVE_AT,
     HIT,
     LEVELS,
@@ -217,9 +216,7 @@ class Adaptive:
         for i, state in zip(rows, states, strict=True):
             outcome = state.parts.get(part)
             if state.last_drafted:
-                accepted = len(committed[i]) - 1
-                previous = FILLED if accepted >= state.last_drafted else \
-                    HIT if accepted else MISSED
+                previous = HIT if len(committed[i]) > 1 else MISSED
             else:
                 previous = UNDRAFTED
                 undrafted.add(i)
