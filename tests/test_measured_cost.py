@@ -212,3 +212,30 @@ def test_nearby_steps_in_too_few_bins_do_not_replace_the_fit_of_all():
     sixteens = rng.choice([16, 24, 32], 32)
     _feed(measurement, sixteens, 8, 16 - sixteens % 3, 0.1)
     assert "measured over 232 steps" in said[-1]
+
+
+def test_a_slope_far_from_the_one_in_use_waits_for_the_next_fit_to_confirm_it():
+    """Batch-4 steps fitted at 1e-4 s per query token; then batch-1 steps that lie almost
+    flat (1e-5 s a token past a fixed part of 240: the few bins a serving engine sees after
+    a change of load) fit a slope a tenth of it, which prices a draft token at nearly
+    nothing. That fit is taken only when the next one agrees; a fit far from the one in use
+    that does not agree with the waiting one waits in its place."""
+    cost, said = CostModel(256, 0), []
+    measurement = CostMeasurement(cost, said.append)
+    rng = np.random.default_rng(7)
+    _feed(measurement, rng.choice([4, 8, 16, 32, 64], 64), 24, 4)
+    assert cost.knee_tokens == pytest.approx(24, abs=5)
+    for count in rng.choice([2, 3, 4, 6, 8, 12, 16], 64).tolist():
+        measurement.add(count, 1e-5 * (240 + count), requests=1)
+    waited = [i for i, line in enumerate(said) if "waits for the next fit to confirm it" in line]
+    flat = [i for i, line in enumerate(said) if "knee 240" in line]
+    assert waited and flat and waited[0] < flat[0]  # the first flat fit waited
+    assert "10.0 us per query token, 0.1x the" in said[waited[0]]
+    assert cost.knee_tokens == pytest.approx(240, rel=0.1)  # confirmed, then taken
+    in_use = cost.knee_tokens
+    for slope in (1e-4, 1.6e-4):  # 10x and 16x the one in use, 1.6x apart: both wait
+        measurement.samples.clear()
+        for count in rng.choice([2, 3, 4, 6, 8, 12, 16], 64).tolist():
+            measurement.samples.append((count, slope * (24 + count), 1))
+        assert measurement.refit() is None and cost.knee_tokens == in_use
+    assert "waits for the next fit" in said[-1]

@@ -177,7 +177,9 @@ OPTIONS: tuple[Option, ...] = (
                "current one first, all of them where those make no fit), and logged. "
                "A fit that does not explain the steps (too narrow "
                "a range of token counts, a zero or negative slope, a large error) is dropped "
-               "with a log line and the values in use are kept. With tensor parallelism every "
+               "with a log line and the values in use are kept; a fit whose seconds per query "
+               "token are over 3x off the fit in use is taken only when the next fit agrees "
+               "with it within 1.5x (logged while it waits). With tensor parallelism every "
                "rank measures its own; vLLM schedules the drafts of one rank (its output "
                "rank), so the others' drafts, which it discards, may differ."),
     Option("token_margin_pct", int, ("jacobi",), low=0, high=1000, default=30,

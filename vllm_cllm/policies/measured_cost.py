@@ -22,7 +22,9 @@ follow as they do at the engine's start, and where the nearby steps do not make 
 of the window's steps are fitted. A fit is used only where the samples span a range of token
 counts and the fit explains them; a fit whose slope is zero or negative, whose parameters are
 out of range, or whose error is large is dropped with a log line, and the model keeps what it
-had (the platform's defaults at first).
+had (the platform's defaults at first). A fit whose slope is far from the one in use (a few
+bins of steps that lie almost flat can fit a line of a tiny slope, and a tiny slope makes
+every draft token look free) is taken only once the next fit confirms it.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ MIN_BIN_STEPS = 3
 MAX_ERROR = 0.25
 #: The range a fitted knee, floor or per-request part must fall in (query tokens).
 MAX_TOKENS = 1 << 20
+#: A fit whose seconds per query token differ from the fit in use by more than this factor
+#: is taken only when the next fit's are within :data:`SLOPE_AGREE` of its own.
+SLOPE_JUMP, SLOPE_AGREE = 3.0, 1.5
 
 
 @dataclass(frozen=True)
@@ -200,6 +205,8 @@ class CostMeasurement:
         self._in_regime = 0
         self._dropped = 0
         self._last_reason = ""
+        #: the seconds per query token of a fit far from the one in use, not yet confirmed
+        self._unconfirmed: float | None = None
 
     def add(self, query_tokens: int, seconds: float, rest: float | None = None,
             requests: int = 1) -> None:
@@ -230,6 +237,24 @@ class CostMeasurement:
         (:data:`REGIME`)."""
         return (requests * REGIME >= self._regime) & (requests <= self._regime * REGIME)
 
+    def _jumps(self, slope: float, fitted: int) -> bool:
+        """Whether a fit of ``slope`` seconds per query token waits for confirmation (with a
+        log line): it is more than :data:`SLOPE_JUMP` from the fit in use, and the last such
+        fit (if any) was not within :data:`SLOPE_AGREE` of it."""
+        unconfirmed, self._unconfirmed = self._unconfirmed, None
+        if not self.fits:
+            return False
+        in_use = self.fits[-1].seconds_per_token
+        if 1 / SLOPE_JUMP <= slope / in_use <= SLOPE_JUMP or (
+                unconfirmed is not None and 1 / SLOPE_AGREE <= slope / unconfirmed <= SLOPE_AGREE):
+            return False
+        self._unconfirmed = slope
+        self.log(f"a fit over {fitted} steps of {slope * 1e6:.1f} us per query token, "
+                 f"{slope / in_use:.2g}x the {in_use * 1e6:.1f} in use, waits for the next fit "
+                 f"to confirm it; keeping knee {self.cost.knee_tokens:.0f}, floor "
+                 f"{self.cost.floor_tokens:.0f}")
+        return True
+
     def refit(self, quiet: bool = False) -> Fit | None:
         """Fit the samples; a fit is taken and logged, none is logged with why (unless
         ``quiet``: an early try, before the steps could span the token counts)."""
@@ -247,6 +272,8 @@ class CostMeasurement:
                 self._last_reason = found
                 self.log(f"no step-cost fit from {len(tokens)} steps ({found}); keeping knee "
                          f"{self.cost.knee_tokens:.0f}, floor {self.cost.floor_tokens:.0f}")
+            return None
+        if self._jumps(found.seconds_per_token, fitted):
             return None
         if self.rests:
             rests = np.array(self.rests, dtype=np.float64)
