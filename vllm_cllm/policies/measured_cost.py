@@ -168,6 +168,11 @@ def fit_step_cost(tokens: np.ndarray, seconds: np.ndarray,
     return Fit(knee, floor_tokens, b, error, len(n), per_request)
 
 
+def _within(value: float, other: float, factor: float) -> bool:
+    """Whether ``value`` is within ``factor`` of ``other`` (both positive), either way."""
+    return other / factor <= value <= other * factor
+
+
 def fit_rest(requests: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
     """The rest of a step as ``fixed + per_request·B`` (seconds), through the per-batch-size
     medians: one batch size gives its median, a line that falls with the batch the medians'
@@ -237,7 +242,7 @@ class CostMeasurement:
         (:data:`REGIME`)."""
         return (requests * REGIME >= self._regime) & (requests <= self._regime * REGIME)
 
-    def _jumps(self, slope: float, fitted: int) -> bool:
+    def _waits(self, slope: float, fitted: int) -> bool:
         """Whether a fit of ``slope`` seconds per query token waits for confirmation (with a
         log line): it is more than :data:`SLOPE_JUMP` from the fit in use, and the last such
         fit (if any) was not within :data:`SLOPE_AGREE` of it."""
@@ -245,8 +250,8 @@ class CostMeasurement:
         if not self.fits:
             return False
         in_use = self.fits[-1].seconds_per_token
-        if 1 / SLOPE_JUMP <= slope / in_use <= SLOPE_JUMP or (
-                unconfirmed is not None and 1 / SLOPE_AGREE <= slope / unconfirmed <= SLOPE_AGREE):
+        if _within(slope, in_use, SLOPE_JUMP) or (
+                unconfirmed is not None and _within(slope, unconfirmed, SLOPE_AGREE)):
             return False
         self._unconfirmed = slope
         self.log(f"a fit over {fitted} steps of {slope * 1e6:.1f} us per query token, "
@@ -273,7 +278,7 @@ class CostMeasurement:
                 self.log(f"no step-cost fit from {len(tokens)} steps ({found}); keeping knee "
                          f"{self.cost.knee_tokens:.0f}, floor {self.cost.floor_tokens:.0f}")
             return None
-        if self._jumps(found.seconds_per_token, fitted):
+        if self._waits(found.seconds_per_token, fitted):
             return None
         if self.rests:
             rests = np.array(self.rests, dtype=np.float64)
