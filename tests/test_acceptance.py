@@ -189,3 +189,50 @@ def test_undrafted_requests_learn_the_later_positions():
     rates = table.accepted[suffix, 1:4] / table.trials[suffix, 1:4]
     assert trials > 3 * 4 * 3 * 4 + 30  # beyond the prior of every cell of those positions
     assert rates.max() > 0.8
+
+
+def test_the_shipped_prior_ranks_backed_agreeing_tokens_above_lone_ones_from_the_first_step():
+    from vllm_cllm.policies.acceptance import (
+        LEVELS,
+        MISSED,
+        POSITIONS,
+        PRIOR_TRIALS,
+        SHIPPED_PRIOR_TRIALS,
+        shipped_prior,
+    )
+
+    prior = shipped_prior()
+    assert set(prior) == {"suffix", "ngram", "tail"}
+    for rates in prior.values():
+        known = rates[~np.isnan(rates)]
+        assert rates.shape == (POSITIONS, 3 * LEVELS, 3) and known.size
+        assert ((known >= 0) & (known <= 1)).all()
+    names = ("suffix", "ngram", "tail")
+    table = TokenAcceptance(names, prior)
+    row = names.index("suffix")
+    # the lookup's first token after a miss: agreeing with another candidate at a mid-length
+    # match, against agreeing with nothing, unbacked
+    backed, lone = (row, 0, 1 * LEVELS + 2, MISSED), (row, 0, 0, MISSED)
+    rates = table.accepted / table.trials
+    assert rates[backed] > 0.6 > 0.3 > rates[lone]
+    assert table.trials[backed] == SHIPPED_PRIOR_TRIALS
+    # a cell the prior has no data for starts flat; a source it does not know starts flat
+    empty = np.argwhere(np.isnan(prior["tail"]))[0]
+    assert rates[(names.index("tail"), *empty)] == PRIOR_RATE
+    assert table.trials[(names.index("tail"), *empty)] == PRIOR_TRIALS
+    other = TokenAcceptance(("history", "tail"), prior)
+    assert (other.accepted[0] / other.trials[0] == PRIOR_RATE).all()
+    # it is a prior: the served model's own outcomes take over within a few dozen tokens
+    lone_first = {"suffix": _a(4)}
+    for _ in range(64):
+        table.observe(lone_first, {"suffix": (row, np.array([0]), np.array([1 * LEVELS + 2]),
+                                              MISSED)}, [7])
+    assert table.accepted[backed] / table.trials[backed] < 0.3
+
+
+def test_the_prior_is_an_option():
+    on, off = jacobi(k=4), jacobi(k=4, acceptance_prior=False)
+    table_on = on.drafter.policies[1].acceptance
+    table_off = off.drafter.policies[1].acceptance
+    assert (table_off.accepted / table_off.trials == PRIOR_RATE).all()
+    assert (table_on.accepted / table_on.trials != PRIOR_RATE).any()

@@ -119,8 +119,9 @@ def collect(out: Path, models: list[str], datasets: list[str], prompts: int,
 
 
 def observations(out: Path, model: str) -> list[dict[str, Any]]:
-    """Per logged request step: dataset, cost (knee, floor), every candidate's tokens and
-    accepted length, what was drafted and accepted, and the tail's confidence."""
+    """Per logged request step: dataset, request id (vLLM's and the engine's), output
+    position, cost (knee, floor), every candidate's tokens and accepted length, what was
+    drafted and accepted, and the tail's confidence."""
     outputs = json.loads((out / f"{model}.outputs.json").read_text())
     requests = {r["id"]: r for r in outputs}
     known = set(requests)
@@ -144,7 +145,9 @@ def observations(out: Path, model: str) -> list[dict[str, Any]]:
             candidates = {n: c[:most] for n, c in request["candidates"].items() if c}
             confidence = side.get((request["id"], request["num_tokens"]))
             steps.append({
-                "dataset": r["dataset"], "knee": line["knee"], "floor": line["floor"],
+                "dataset": r["dataset"], "id": rid, "engine_id": request["id"],
+                "position": position,
+                "knee": line["knee"], "floor": line["floor"],
                 "candidates": candidates,
                 "accepted": {n: _prefix(c, r["tokens"], position, most)
                              for n, c in candidates.items()},
