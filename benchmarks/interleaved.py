@@ -32,9 +32,7 @@ reach (2 tokens past the match, probability down to 0.05), on the base model (``
 the demo);
 ``k-24`` — adaptive k at 15 and at vLLM ``suffix``'s default 24, beside ``suffix``, on both models;
 ``drain-price`` — adaptive k against the same with the requests that end a draining batch
-priced as in a batch that refills, beside ``suffix``, on both models; ``acceptance-prior`` —
-adaptive k against the same with the acceptance table started flat, beside ``suffix``, on both
-models.
+priced as in a batch that refills, beside ``suffix``, on both models.
 """
 
 from __future__ import annotations
@@ -90,8 +88,6 @@ def adaptive_variants(model: str, variants: dict[str, dict[str, Any]]) -> Config
 EARLIER_FIT = {"knee=16 floor=25": {"knee_tokens": 16, "floor_tokens": 25}}
 #: Adaptive drafting without the request's n-grams as a candidate (the lookup and the tail).
 NO_NGRAM = {"no ngram candidate": {"ngram_candidate": False}}
-#: Adaptive drafting with the acceptance table started flat, without the shipped prior.
-NO_PRIOR = {"no prior": {"acceptance_prior": False}}
 #: Adaptive drafting that drafts for every request in a batch that drains too.
 NO_DRAIN = {"no drain": {"drain": False}}
 #: The default per-token margin (``token_margin_pct``) against others.
@@ -161,8 +157,6 @@ PRESETS: dict[str, Configs] = {
     "ngram-candidate": {**adaptive_variants("base", NO_NGRAM),
                         **adaptive_variants("cllm", NO_NGRAM)},
     "drain": {**adaptive_variants("base", NO_DRAIN), **adaptive_variants("cllm", NO_DRAIN)},
-    "acceptance-prior": {name: config for m in ("base", "cllm") for name, config in {
-        **adaptive_variants(m, NO_PRIOR), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
     "k-24": {name: config for m in ("base", "cllm") for name, config in {
         **adaptive_variants(m, K_24), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},

@@ -212,13 +212,6 @@ OPTIONS: tuple[Option, ...] = (
            doc="The lookup sees the request's own tokens too; without the n-gram candidate "
                "a step builds one candidate less per request: less host time per step, "
                "somewhat fewer tokens per verify step (docs/decisions.md)."),
-    Option("acceptance_prior", bool, ("jacobi",), default=True,
-           only={"jacobi": _ADAPTIVE},
-           meaning="the acceptance table starts from the shipped rates, not a flat 30 %",
-           doc="The rates were fitted on logged steps of the demo models over four data sets "
-               "(prompts the bench does not use) and count as 16 observations per cell, so a "
-               "fresh engine orders its candidates' tokens from the first step and then "
-               "follows the served model's own outcomes (docs/decisions.md)."),
     Option("drain", bool, ("jacobi",), default=True,
            only={"jacobi": _ADAPTIVE},
            meaning="in a batch that drains, only the requests that end last draft where "
@@ -281,7 +274,6 @@ class ProposerOptions:
     mask_token_id: int | None
     measure_cost: bool
     ngram_candidate: bool
-    acceptance_prior: bool
     drain: bool
 
     @property

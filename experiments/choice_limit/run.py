@@ -1,29 +1,14 @@
 """How much of the oracle's lead can a choice made at draft time recover?
 
-The bench's oracle drafts each step's best candidate exactly as far as it is accepted: it knows
-the future. This study asks how far a predictor that knows only what the proposer knows when it
-drafts gets towards it. It logs the default ``jacobi`` at batch 1 (the candidate log, the Jacobi
-tail's logit margins and each suffix lookup's match length and per-token probabilities), then,
-over every logged step, estimates each candidate token's acceptance (given the tokens before it
-accepted) three ways, each fitted on other prompts than the ones it is scored on (4 folds,
-grouped by prompt):
-
-* ``cells``: the product's cells (source, position 0-4+, agreement 0-2, the lookup's match
-  level, the previous draft's outcome) as plain frequencies;
-* ``boosted``: gradient-boosted trees over everything logged: the cells' features plus the
-  exact position, the candidate's length, how many candidates there are, the lowest agreement
-  so far, the previous draft's length and accepted count, the request's acceptance so far, the
-  output position, the lookup's match length and token probabilities, the tail's margin;
-* the oracle's choice of candidate with the estimated length, and the estimated choice drafted
-  exactly as far as it is accepted (which of choice and sizing the estimates lose).
-
-Each step drafts the candidate and length that promise the most tokens per step cost (the
-step's logged cost model, a token's value counted at 1 / 1.3 as the product does), realized
-against what was committed. Needs ``pip install scikit-learn`` for ``analyze``.
+``collect`` logs the default ``jacobi`` at batch 1 (the candidate log, the Jacobi tail's logit
+margins, each suffix lookup's match length and token probabilities); ``analyze`` replays every
+logged step with each candidate token's acceptance estimated several ways (the product's online
+cells, the same cells converged, gradient-boosted trees over everything logged, a fitted prior),
+each step drafting the candidate and length that promise the most tokens per priced cost,
+realized against what was committed (README.md). ``analyze`` needs scikit-learn.
 
     .venv/bin/python experiments/choice_limit/run.py collect --out /tmp/cl   # ~15 min
     .venv/bin/python experiments/choice_limit/run.py analyze --out /tmp/cl
-    .venv/bin/python experiments/choice_limit/run.py prior --out /tmp/cl     # the shipped prior
 """
 
 from __future__ import annotations
@@ -244,20 +229,26 @@ def simulate(steps: list[dict[str, Any]], rates: dict[tuple, float] | None,
     return tokens, cost
 
 
-def online(steps: list[dict[str, Any]], halve_at: float, reveal: str = "committed",
-           prior: tuple[float, float] = (4.0, 0.3)) -> dict[tuple, float]:
+def online(steps: list[dict[str, Any]], halve_at: float = 512.0, reveal: str = "committed",
+           prior: dict[tuple, float] | None = None, weight: float = 16.0
+           ) -> dict[tuple, float]:
     """Each token's estimate as the product's online cells would give it, the steps taken in
     the order the engine ran them: every candidate counted up to its first miss as far as the
     step's committed tokens reveal (``reveal`` "all": as far as the whole output does), each
-    cell halved once its trials pass ``halve_at``. Returns the estimates keyed like
-    :func:`estimates` (what each cell held when the step was valued)."""
-    trials: dict[tuple, float] = defaultdict(lambda: prior[0])
-    won: dict[tuple, float] = defaultdict(lambda: prior[0] * prior[1])
+    cell halved once its trials pass ``halve_at``; a cell starts at 4 trials at 30 %, or at
+    ``weight`` trials at its ``prior`` rate where that has one. Returns the estimates keyed
+    like :func:`estimates` (what each cell held when the step was valued)."""
+    trials: dict[tuple, float] = {}
+    won: dict[tuple, float] = {}
     rates: dict[tuple, float] = {}
     for k, s in enumerate(steps):
         rows = {name: token_rows(s, name)[0] for name in s["candidates"]}
         for name, cells in rows.items():
             for p, cell in enumerate(cells):
+                if cell not in trials:
+                    rate = (prior or {}).get(cell)
+                    trials[cell] = 4.0 if rate is None else weight
+                    won[cell] = trials[cell] * (0.3 if rate is None else rate)
                 rates[(k, name, p)] = won[cell] / trials[cell]
         # what the engine committed this step: the accepted drafts and one more
         known = s["actual"] + 1 if reveal == "committed" else 1 << 30
@@ -274,89 +265,78 @@ def online(steps: list[dict[str, Any]], halve_at: float, reveal: str = "committe
     return rates
 
 
+def per_dataset(steps: list[dict[str, Any]], runs: dict[str, tuple[str, str,
+                dict[tuple, float] | None]]) -> dict[str, dict[str, float]]:
+    """Per data set: tokens a step and tokens per cost ÷ the logged drafts' of each run
+    (name: choose, size, estimates), and the logged drafts' own tokens a step."""
+    report = {}
+    for dataset in sorted({s["dataset"] for s in steps}):
+        index = [k for k, s in enumerate(steps) if s["dataset"] == dataset]
+        where = {k: j for j, k in enumerate(index)}
+        mine = [steps[k] for k in index]
+        actual = (sum(1 + s["actual"] for s in mine),
+                  sum(_priced(1, len(s["drafted"]), s["knee"], s["floor"]) for s in mine))
+        row = {"steps": len(mine), "actual_tps": actual[0] / len(mine)}
+        for name, (choose, size, rates) in runs.items():
+            mapped = None if rates is None else {
+                (where[k], c, p): v for (k, c, p), v in rates.items() if k in where}
+            t, c = simulate(mine, mapped, choose, size)
+            row[f"{name}_tps"] = t / len(mine)
+            row[f"{name}_per_cost"] = t / c / (actual[0] / actual[1])
+        report[dataset] = row
+    return report
+
+
+def show(title: str, report: dict[str, dict[str, float]]) -> None:
+    names = [k[:-len("_per_cost")] for k in next(iter(report.values())) if
+             k.endswith("_per_cost")]
+    print(f"\n{title}\n\n| data set | steps | logged tokens a step | "
+          + " | ".join(names) + " |\n" + "|---" * (3 + len(names)) + "|")
+    for dataset, row in report.items():
+        print(f"| {dataset} | {row['steps']} | {row['actual_tps']:.2f} | " + " | ".join(
+            f"{row[f'{n}_per_cost']:.3f} ({row[f'{n}_tps']:.2f})" for n in names) + " |")
+
+
 def analyze(out: Path, models: list[str]) -> dict[str, Any]:
+    """Tokens per cost ÷ the logged drafts' (tokens a step in brackets): the online cells
+    replayed (the product's estimates: checks the replay), the same with every outcome
+    revealed, the converged cells and the boosted trees (4 folds), the oracle's choice with the
+    trees' length, the trees' choice at the exact length, the oracle; then, on half of the
+    prompts, the online cells from a flat prior against a prior fitted on the other half's
+    prompts of all models."""
     report: dict[str, Any] = {}
-    for model in models:
-        steps = steps_of(out, model)
+    everything = {model: steps_of(out, model) for model in models}
+    halves = {}
+    for model, steps in everything.items():
+        ids = sorted({s["id"] for s in steps})
+        halves[model] = {rid: i % 2 for i, rid in enumerate(ids)}
+    fitted = [s for m, steps in everything.items() for s in steps if halves[m][s["id"]] == 0]
+    _, cells, _, labels = table(fitted)
+    prior = cell_rates(cells, np.array(labels))
+    for model, steps in everything.items():
         rates = estimates(steps)
-        rates["online 512"] = online(steps, 512.0)
-        rates["online 4096"] = online(steps, 4096.0)
-        rates["online all 4096"] = online(steps, 4096.0, reveal="all")
-        print(f"\n## {model}: {len(steps)} logged steps")
-        print("data set | steps | tokens a step: actual / cells / boosted / oracle | tokens per "
-              "cost ÷ actual: cells / boosted / oracle choice + boosted length / boosted "
-              "choice + exact length / oracle")
-        for dataset in sorted({s["dataset"] for s in steps}):
-            index = [k for k, s in enumerate(steps) if s["dataset"] == dataset]
-            mine = [steps[k] for k in index]
-            where = {k: j for j, k in enumerate(index)}
-            remap = {name: {(where[k], c, p): v for (k, c, p), v in r.items() if k in where}
-                     for name, r in rates.items()}
-            actual = (sum(1 + s["actual"] for s in mine),
-                      sum(_priced(1, len(s["drafted"]), s["knee"], s["floor"]) for s in mine))
-            ref = actual[0] / actual[1]
-            runs = {"online 512": simulate(mine, remap["online 512"]),
-                    "online 4096": simulate(mine, remap["online 4096"]),
-                    "online all 4096": simulate(mine, remap["online all 4096"]),
-                    "cells": simulate(mine, remap["cells"]),
-                    "boosted": simulate(mine, remap["boosted"]),
-                    "oracle choice": simulate(mine, remap["boosted"], choose="oracle"),
-                    "exact length": simulate(mine, remap["boosted"], size="oracle"),
-                    "oracle": simulate(mine, None, choose="oracle", size="oracle")}
-            row = {"steps": len(mine), "actual_tps": actual[0] / len(mine)}
-            row.update({f"{n}_tps": t / len(mine) for n, (t, _) in runs.items()})
-            row.update({f"{n}_per_cost": t / c / ref for n, (t, c) in runs.items()})
-            report[f"{model} {dataset}"] = row
-            print(f"{dataset} | {len(mine)} | {row['actual_tps']:.2f} / {row['cells_tps']:.2f}"
-                  f" / {row['boosted_tps']:.2f} / {row['oracle_tps']:.2f} | "
-                  + " / ".join(f"{n} {row[f'{n}_per_cost']:.3f}" for n in runs))
+        runs = {"replayed": ("estimate", "estimate", online(steps)),
+                "all revealed": ("estimate", "estimate", online(steps, reveal="all")),
+                "converged cells": ("estimate", "estimate", rates["cells"]),
+                "boosted": ("estimate", "estimate", rates["boosted"]),
+                "oracle choice": ("oracle", "estimate", rates["boosted"]),
+                "exact length": ("estimate", "oracle", rates["boosted"]),
+                "oracle": ("oracle", "oracle", None)}
+        report[model] = per_dataset(steps, runs)
+        show(f"## {model}: {len(steps)} logged steps", report[model])
+        held = [s for s in steps if halves[model][s["id"]] == 1]
+        runs = {"flat prior": ("estimate", "estimate", online(held)),
+                "fitted prior": ("estimate", "estimate", online(held, prior=prior))}
+        report[f"{model} prior"] = per_dataset(held, runs)
+        show(f"## {model}, half of the prompts: a flat prior or one fitted on the other half",
+             report[f"{model} prior"])
     (out / "analysis.json").write_text(json.dumps(report, indent=1))
     return report
 
 
-PRIOR_MIN_TRIALS = 20  # a cell with fewer reached tokens stays at the flat prior
-
-
-def fit_prior(out: Path, models: list[str], path: Path) -> None:
-    """The shipped acceptance prior (vllm_cllm/policies/acceptance_prior.json): every reached
-    token of every logged candidate, the models pooled, counted in the product's cells (source,
-    position, votes x LEVELS + the lookup's level, the previous draft's outcome; a restart
-    block's tokens in the tail's cells, agreeing with nothing, after a miss)."""
-    from vllm_cllm.policies.acceptance import LEVELS, MAX_VOTES, MISSED, POSITIONS
-
-    shape = (POSITIONS, (MAX_VOTES + 1) * LEVELS, 3)
-    trials: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(shape))
-    won: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(shape))
-    for model in models:
-        for s in steps_of(out, model):
-            for name in s["candidates"]:
-                a = s["accepted"][name]
-                for p, (_, pos, votes, level, outcome) in enumerate(token_rows(s, name)[0]):
-                    if p > a:
-                        break
-                    cell = (pos, votes * LEVELS + level, outcome)
-                    if name == "restart":
-                        name, cell = "tail", (pos, 0, MISSED)
-                    trials[name][cell] += 1
-                    won[name][cell] += p < a
-    rates = {}
-    for name in ("suffix", "ngram", "tail"):
-        rate = np.where(trials[name] >= PRIOR_MIN_TRIALS,
-                        won[name] / np.maximum(trials[name], 1), np.nan).round(3)
-        rates[name] = [[[None if np.isnan(r) else float(r) for r in cell] for cell in position]
-                       for position in rate]
-        print(f"{name}: {int((trials[name] >= PRIOR_MIN_TRIALS).sum())} of {rate.size} cells, "
-              f"{int(trials[name].sum())} tokens")
-    path.write_text(json.dumps({
-        "about": "acceptance per cell [position][votes * 4 + level][previous outcome], fitted "
-                 "by experiments/choice_limit/run.py prior on the demo models' logged steps "
-                 f"(models {', '.join(models)}; four data sets, the bench's prompts left out)",
-        "rates": rates}, separators=(",", ":")) + "\n")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("collect", "analyze", "prior"))
+    parser.add_argument("what", choices=("collect", "analyze"))
     parser.add_argument("--out", required=True)
     parser.add_argument("--models", nargs="+", default=["cllm", "base"])
     parser.add_argument("--datasets", nargs="+",
@@ -368,9 +348,6 @@ def main() -> int:
     if args.what == "collect":
         collect(Path(args.out), args.models, args.datasets, args.prompts, args.max_tokens,
                 args.offset)
-    elif args.what == "prior":
-        fit_prior(Path(args.out), args.models,
-                  HERE.parents[1] / "vllm_cllm" / "policies" / "acceptance_prior.json")
     else:
         analyze(Path(args.out), args.models)
     return 0

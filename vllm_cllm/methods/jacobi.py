@@ -15,7 +15,6 @@ from vllm_cllm.core.drafter import Drafter, DraftSource
 from vllm_cllm.core.requests import RequestTable
 from vllm_cllm.core.step import VerifyStep
 from vllm_cllm.options import ProposerOptions
-from vllm_cllm.policies.acceptance import shipped_prior
 from vllm_cllm.policies.adaptive import Adaptive
 from vllm_cllm.policies.cost_model import CostModel
 from vllm_cllm.policies.fixed_order import FixedOrder
@@ -54,8 +53,7 @@ def jacobi_drafter(options: ProposerOptions, max_model_len: int) -> Drafter:
     cost = CostModel(options.knee_tokens, options.floor_tokens)
     policies = [FixedOrder(["ngram", name, "pool", "block"], optional=["pool"]),
                 Adaptive([name, "ngram", "tail"] if options.ngram_candidate else [name, "tail"],
-                         cost, options.token_margin_pct / 100, drain=options.drain,
-                         prior=shipped_prior() if options.acceptance_prior else None),
+                         cost, options.token_margin_pct / 100, drain=options.drain),
                 as_is]
 
     def route(step: VerifyStep, rows: list[int]) -> list[int] | int:

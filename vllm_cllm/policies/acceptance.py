@@ -16,24 +16,16 @@ outcome the committed tokens reveal, so a source that is not being drafted is st
 a request that drafts nothing has its candidates counted once the tokens it commits over the
 next steps decide them (:class:`vllm_cllm.policies.adaptive.Shadow`), so that positions past
 the first learn without drafting.
-Counts start at a prior and are halved when they grow large, so the estimates follow the
-workload. The prior is the shipped table of rates (``acceptance_prior.json``, fitted on logged
-steps of the demo models over four data sets, prompts the bench does not use), weighed as
-:data:`SHIPPED_PRIOR_TRIALS` observations, so that a fresh engine values a long lookup match the
-other candidates agree with above a lone first tail token from its first step; cells it lacks
-(and every cell with the option ``acceptance_prior`` off) start at 30 %. Every tensor-parallel
-rank starts from the same prior and sees the same committed tokens in the same order, and so
-holds the same estimates.
+Counts start at a prior of 30 % and are halved when they grow large, so the estimates follow
+the workload. Every tensor-parallel rank sees the same committed tokens in the same order and
+so holds the same estimates.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from bisect import bisect_left
-from functools import lru_cache
 from itertools import accumulate
-from pathlib import Path
 
 import numpy as np
 
@@ -59,13 +51,6 @@ MISSED, HIT, UNDRAFTED = 0, 1, 2
 #: drafts from the first step (its first verify steps fill the cells of position 0 whether
 #: anything is drafted or not).
 PRIOR_TRIALS, PRIOR_RATE = 4.0, 0.3
-#: How many observations the shipped prior's rate counts as in each cell it has: enough to
-#: order the cells from the first step, few enough that a cell follows the served model's own
-#: tokens within a few dozen of them.
-SHIPPED_PRIOR_TRIALS = 16.0
-#: The shipped prior: per source name, [POSITIONS][(MAX_VOTES + 1) * LEVELS][3] rates (null:
-#: no data, the flat prior).
-PRIOR_PATH = Path(__file__).with_name("acceptance_prior.json")
 #: A cell's counts are halved once it has seen this many tokens, so that recent evidence
 #: weighs more: the table follows a change of workload within a few hundred tokens per cell.
 HALVE_AT = 512.0
@@ -77,11 +62,7 @@ Cells = dict[str, tuple[int, np.ndarray, np.ndarray, int]]
 class TokenAcceptance:
     """Per-cell acceptance counts for the candidate sources named at construction."""
 
-    def __init__(self, sources: tuple[str, ...],
-                 prior: dict[str, np.ndarray] | None = None) -> None:
-        """``prior``: per source name, a rate per cell (NaN: none) weighed as
-        :data:`SHIPPED_PRIOR_TRIALS` observations (:func:`shipped_prior`); other cells start
-        at :data:`PRIOR_RATE`."""
+    def __init__(self, sources: tuple[str, ...]) -> None:
         self.sources = sources
         self._row = {name: i for i, name in enumerate(sources)}
         shape = (len(sources), POSITIONS, (MAX_VOTES + 1) * LEVELS, 3)
@@ -91,12 +72,6 @@ class TokenAcceptance:
         self.trials, self.accepted = self.counts[0], self.counts[1]
         self.trials[...] = PRIOR_TRIALS
         self.accepted[...] = PRIOR_TRIALS * PRIOR_RATE
-        for row, name in enumerate(sources):
-            rates = (prior or {}).get(name)
-            if rates is not None:
-                known = ~np.isnan(rates)
-                self.trials[row][known] = SHIPPED_PRIOR_TRIALS
-                self.accepted[row][known] = SHIPPED_PRIOR_TRIALS * rates[known]
         #: per slots' source rows and grid width, each token's cell without its vote and
         #: outcome (:meth:`cell_index`)
         self._cell_base: dict[tuple[bytes, int], np.ndarray] = {}
@@ -327,22 +302,3 @@ def _add_ones_binades(value: float, count: float) -> float:
             value += 1.0
             count -= 1
     return value
-
-
-@lru_cache(maxsize=1)
-def _read_prior() -> dict[str, list]:
-    return json.loads(PRIOR_PATH.read_text(encoding="utf-8"))["rates"]
-
-
-def shipped_prior() -> dict[str, np.ndarray]:
-    """The shipped prior's rates per source name ([POSITIONS, (MAX_VOTES + 1) * LEVELS, 3],
-    NaN where it has none); fresh arrays each call."""
-    shape = (POSITIONS, (MAX_VOTES + 1) * LEVELS, 3)
-    out = {}
-    for name, rates in _read_prior().items():
-        array = np.array(rates, dtype=np.float64)  # (null reads as NaN)
-        if array.shape != shape:
-            raise ValueError(f"{PRIOR_PATH}: {name}'s rates have shape {array.shape}, the "
-                             f"acceptance table's cells {shape}")
-        out[name] = array
-    return out

@@ -178,16 +178,14 @@ class Adaptive:
     part = "adaptive"
 
     def __init__(self, names: Sequence[str], cost: CostModel, token_margin: float,
-                 tail: str = "tail", restart: str = "restart", drain: bool = True,
-                 prior: dict[str, np.ndarray] | None = None) -> None:
+                 tail: str = "tail", restart: str = "restart", drain: bool = True) -> None:
         self.names = tuple(names)
         #: whether only the requests that end last draft in a draining batch (drain_rooms)
         self.drain = drain
         self.tail, self.restart = tail, restart
         self.cost, self.token_margin = cost, token_margin
         #: how often each kind of candidate token gets accepted
-        #: (``prior``: where the table starts, :class:`TokenAcceptance`)
-        self.acceptance = TokenAcceptance(self.names, prior)
+        self.acceptance = TokenAcceptance(self.names)
         self._rows = np.array([self.acceptance.sources.index(n) for n in self.names])
         self._tail = self.names.index(self.tail)
         self._row_list: list[int] = self._rows.tolist()
