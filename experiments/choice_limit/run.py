@@ -13,7 +13,6 @@ realized against what was committed (README.md). ``analyze`` needs scikit-learn.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 from collections import defaultdict
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from vllm_cllm.bench.oracle import _priced
-from vllm_cllm.policies.cost_model import TOKEN_MARGIN_PCT, draft_costs
+from vllm_cllm.policies.cost_model import TOKEN_MARGIN_PCT
 
 HERE = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location(
@@ -196,37 +195,13 @@ def estimates(steps: list[dict[str, Any]], folds: int = 4) -> dict[str, np.ndarr
 
 def simulate(steps: list[dict[str, Any]], rates: dict[tuple, float] | None,
              choose: str = "estimate", size: str = "estimate") -> tuple[float, float]:
-    """Tokens and priced cost over the steps. Each step drafts the candidate and length that
-    promise the most tokens per cost under ``rates`` (``choose`` / ``size`` "oracle": the
-    candidate accepted furthest / exactly as far as the chosen one is accepted)."""
-    trust = 1.0 / (1.0 + TOKEN_MARGIN_PCT / 100)
-    tokens = cost = 0.0
-    for k, s in enumerate(steps):
-        knee, floor = s["knee"], s["floor"]
-        plain = 1.0 / _priced(1, 0, knee, floor)
-        best, best_rate = None, plain
-        names = list(s["candidates"])
-        if choose == "oracle":
-            names = [max(names, key=lambda n: s["accepted"][n])] if names else []
-        for name in names:
-            length = len(s["candidates"][name])
-            if size == "oracle":
-                n = s["accepted"][name]
-                if n:
-                    best, best_rate = (name, n), 1.0
-                continue
-            values = np.cumprod([rates[(k, name, p)] for p in range(length)])  # type: ignore[index]
-            rate = (1 + np.cumsum(values) * trust) / draft_costs(length, knee, floor)
-            n = int(rate.argmax())
-            if rate[n] > best_rate:
-                best, best_rate = (name, n + 1), float(rate[n])
-        if best is None:
-            tokens, cost = tokens + 1, cost + _priced(1, 0, knee, floor)
-        else:
-            name, n = best
-            tokens += 1 + min(s["accepted"][name], n)
-            cost += _priced(1, n, knee, floor)
-    return tokens, cost
+    """Tokens and priced cost over the steps (tail_confidence's replay) with each token's
+    estimate in ``rates`` (keyed by step index, candidate, position), a value counted at
+    1 / 1.3 as the product does."""
+    return tail_confidence.replay(
+        steps, lambda k, step, name: [rates[(k, name, p)]  # type: ignore[index]
+                                      for p in range(len(step["candidates"][name]))],
+        1.0 / (1.0 + TOKEN_MARGIN_PCT / 100), choose, size)
 
 
 def online(steps: list[dict[str, Any]], halve_at: float = 512.0, reveal: str = "committed",
@@ -334,24 +309,5 @@ def analyze(out: Path, models: list[str]) -> dict[str, Any]:
     return report
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("collect", "analyze"))
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--models", nargs="+", default=["cllm", "base"])
-    parser.add_argument("--datasets", nargs="+",
-                        default=["gsm", "humaneval", "mtbench", "sharegpt"])
-    parser.add_argument("--prompts", type=int, default=32)
-    parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--offset", type=int, default=16)
-    args = parser.parse_args()
-    if args.what == "collect":
-        collect(Path(args.out), args.models, args.datasets, args.prompts, args.max_tokens,
-                args.offset)
-    else:
-        analyze(Path(args.out), args.models)
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(tail_confidence.cli(__doc__, collect, analyze, prompts=32, offset=16))

@@ -191,20 +191,28 @@ def fit(steps: list[dict[str, Any]], confidence: bool) -> dict[tuple, float]:
     return {cell: won[cell] / trials[cell] for cell in trials}
 
 
-def simulate(steps: list[dict[str, Any]], rates: dict[tuple, float], confidence: bool,
-             margin: float = 0.1) -> tuple[float, float]:
+def replay(steps: list[dict[str, Any]], rates_of: Any, trust: float,
+           choose: str = "estimate", size: str = "estimate") -> tuple[float, float]:
     """Tokens and priced cost over the steps when each step drafts the candidate and length
-    that promise the most tokens per cost under ``rates`` (a value counting 1/(1+margin))."""
+    that promise the most tokens per cost, each token's rate ``rates_of(k, step, name)`` (per
+    position of step ``k``'s candidate ``name``) and its value counted at ``trust`` of it;
+    ``choose`` / ``size`` "oracle": the candidate accepted furthest / exactly as far as the
+    chosen one is accepted."""
     tokens = cost = 0.0
-    for step in steps:
+    for k, step in enumerate(steps):
         knee, floor = step["knee"], step["floor"]
         plain = 1.0 / _priced(1, 0, knee, floor)
         best, best_rate = None, plain
-        for name in step["candidates"]:
-            values = np.cumprod([rates.get(c, 0.3) for c in
-                                 token_features(step, name, confidence)])
-            rate = (1 + np.cumsum(values) / (1 + margin)) / draft_costs(len(values), knee,
-                                                                         floor)
+        names = list(step["candidates"])
+        if choose == "oracle":
+            names = [max(names, key=lambda n: step["accepted"][n])] if names else []
+        for name in names:
+            if size == "oracle":
+                if step["accepted"][name]:
+                    best = (name, step["accepted"][name])
+                continue
+            values = np.cumprod(rates_of(k, step, name))
+            rate = (1 + np.cumsum(values) * trust) / draft_costs(len(values), knee, floor)
             n = int(rate.argmax())
             if rate[n] > best_rate:
                 best, best_rate = (name, n + 1), float(rate[n])
@@ -215,6 +223,15 @@ def simulate(steps: list[dict[str, Any]], rates: dict[tuple, float], confidence:
             tokens += 1 + min(step["accepted"][name], n)
             cost += _priced(1, n, knee, floor)
     return tokens, cost
+
+
+def simulate(steps: list[dict[str, Any]], rates: dict[tuple, float], confidence: bool,
+             margin: float = 0.1) -> tuple[float, float]:
+    """:func:`replay` with each token's rate its cell's in ``rates`` (a value counting
+    1/(1+margin))."""
+    return replay(steps, lambda k, step, name: [rates.get(c, 0.3) for c in
+                                                token_features(step, name, confidence)],
+                  1.0 / (1 + margin))
 
 
 def analyze(out: Path, models: list[str]) -> None:
@@ -258,16 +275,17 @@ def analyze(out: Path, models: list[str]) -> None:
                   f", oracle {oracle_tokens / oracle_cost / ref:.3f}")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def cli(doc: str, collect: Any, analyze: Any, prompts: int, offset: int) -> int:
+    """``collect`` or ``analyze`` as the command line asks (this study's and choice_limit's)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("what", choices=("collect", "analyze"))
     parser.add_argument("--out", required=True)
     parser.add_argument("--models", nargs="+", default=["cllm", "base"])
     parser.add_argument("--datasets", nargs="+",
                         default=["gsm", "humaneval", "mtbench", "sharegpt"])
-    parser.add_argument("--prompts", type=int, default=12)
+    parser.add_argument("--prompts", type=int, default=prompts)
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--offset", type=int, default=64)
+    parser.add_argument("--offset", type=int, default=offset)
     args = parser.parse_args()
     if args.what == "collect":
         collect(Path(args.out), args.models, args.datasets, args.prompts, args.max_tokens,
@@ -278,4 +296,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(cli(__doc__, collect, analyze, prompts=12, offset=64))
