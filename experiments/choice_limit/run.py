@@ -22,7 +22,18 @@ from typing import Any
 import numpy as np
 
 from vllm_cllm.bench.oracle import _priced
+from vllm_cllm.policies.acceptance import (
+    HALVE_AT,
+    HIT,
+    MAX_VOTES,
+    MISSED,
+    POSITIONS,
+    PRIOR_RATE,
+    PRIOR_TRIALS,
+    UNDRAFTED,
+)
 from vllm_cllm.policies.cost_model import TOKEN_MARGIN_PCT
+from vllm_cllm.sources.suffix_trees import backed_tokens, match_level
 
 HERE = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location(
@@ -83,7 +94,6 @@ def collect(out: Path, models: list[str], datasets: list[str], prompts: int,
 
 
 SOURCES = ("suffix", "ngram", "tail", "restart")
-LEVEL_MATCH = (4, 10)  # as vllm_cllm.sources.suffix_trees (match_level's edges)
 
 
 def steps_of(out: Path, model: str) -> list[dict[str, Any]]:
@@ -111,25 +121,26 @@ def steps_of(out: Path, model: str) -> list[dict[str, Any]]:
 
 
 def token_rows(s: dict[str, Any], name: str) -> tuple[list[tuple], list[list[float]]]:
-    """Per token of candidate ``name`` in step ``s``: its cell and its feature vector."""
+    """Per token of candidate ``name`` in step ``s``: its cell (the product's: source,
+    position, votes, the lookup's level where its match backs the token, the previous draft's
+    outcome) and its feature vector."""
     tokens = s["candidates"][name]
     others = [c for n, c in s["candidates"].items() if n != name]
     prev = s["previous"]
-    outcome = 2 if prev is None or prev[0] == 0 else int(prev[1] > 0)
-    level = 0
+    outcome = UNDRAFTED if prev is None or prev[0] == 0 else HIT if prev[1] > 0 else MISSED
+    level = backed = 0
     probs: list[float] = []
     if name == "suffix":
-        level = 1 + (s["match_len"] >= LEVEL_MATCH[0]) + (s["match_len"] >= LEVEL_MATCH[1])
         probs = s["suffix_probs"]
+        level, backed = match_level(s["match_len"]), backed_tokens(probs)
     margin = s["margin"] if name == "tail" and s["margin"] else []
     drafted, accepted = s["so_far"]
     cells, features = [], []
-    low = 2
+    low = MAX_VOTES
     for p, t in enumerate(tokens):
-        votes = min(sum(1 for c in others if len(c) > p and c[p] == t), 2)
+        votes = min(sum(1 for c in others if len(c) > p and c[p] == t), MAX_VOTES)
         low = min(low, votes)
-        backed = level if (p < len(probs) and probs[p] >= 0.5) else 0
-        cells.append((name, min(p, 4), votes, backed, outcome))
+        cells.append((name, min(p, POSITIONS - 1), votes, level if p < backed else 0, outcome))
         features.append([
             SOURCES.index(name) if name in SOURCES else len(SOURCES), p, votes, low,
             len(tokens), len(s["candidates"]), outcome,
@@ -157,9 +168,9 @@ def table(steps: list[dict[str, Any]]) -> tuple[list, list, list, list]:
 
 
 def cell_rates(cells: list[tuple], labels: np.ndarray) -> dict[tuple, float]:
-    """Acceptance per cell over the reached tokens (the product's prior: 4 trials at 30 %)."""
-    trials: dict[tuple, float] = defaultdict(lambda: 4.0)
-    won: dict[tuple, float] = defaultdict(lambda: 1.2)
+    """Acceptance per cell over the reached tokens, from the product's prior."""
+    trials: dict[tuple, float] = defaultdict(lambda: PRIOR_TRIALS)
+    won: dict[tuple, float] = defaultdict(lambda: PRIOR_TRIALS * PRIOR_RATE)
     for cell, label in zip(cells, labels, strict=True):
         if label >= 0:
             trials[cell] += 1
@@ -167,7 +178,7 @@ def cell_rates(cells: list[tuple], labels: np.ndarray) -> dict[tuple, float]:
     return {cell: won[cell] / trials[cell] for cell in trials}
 
 
-def estimates(steps: list[dict[str, Any]], folds: int = 4) -> dict[str, np.ndarray]:
+def estimates(steps: list[dict[str, Any]], folds: int = 4) -> dict[str, dict[tuple, float]]:
     """Each token's acceptance estimate (``cells``, ``boosted``), fitted on the other folds'
     prompts."""
     from sklearn.ensemble import HistGradientBoostingClassifier
@@ -181,36 +192,34 @@ def estimates(steps: list[dict[str, Any]], folds: int = 4) -> dict[str, np.ndarr
     for f in range(folds):
         train, test = (fold != f) & (y >= 0), fold == f
         rates = cell_rates([c for c, t in zip(cells, train, strict=True) if t], y[train])
-        out["cells"][test] = [rates.get(c, 0.3) for c, t in zip(cells, test, strict=True) if t]
+        out["cells"][test] = [rates.get(c, PRIOR_RATE)
+                              for c, t in zip(cells, test, strict=True) if t]
         model = HistGradientBoostingClassifier(max_iter=200, learning_rate=0.05,
                                                max_leaf_nodes=31, l2_regularization=1.0,
                                                categorical_features=[0], random_state=0)
         model.fit(x[train], y[train])
         out["boosted"][test] = model.predict_proba(x[test])[:, 1]
-    per_step: dict[str, dict[tuple, float]] = {}
-    for name, values in out.items():
-        per_step[name] = dict(zip(keys, values.tolist(), strict=True))
-    return per_step  # type: ignore[return-value]
+    return {name: dict(zip(keys, values.tolist(), strict=True)) for name, values in out.items()}
 
 
-def simulate(steps: list[dict[str, Any]], rates: dict[tuple, float] | None,
+def simulate(steps: list[dict[str, Any]], index: list[int], rates: dict[tuple, float] | None,
              choose: str = "estimate", size: str = "estimate") -> tuple[float, float]:
-    """Tokens and priced cost over the steps (tail_confidence's replay) with each token's
-    estimate in ``rates`` (keyed by step index, candidate, position), a value counted at
-    1 / 1.3 as the product does."""
+    """Tokens and priced cost over ``steps`` (tail_confidence's replay) with each token's
+    estimate in ``rates`` (keyed by step index, candidate, position; ``index[k]``: step
+    ``k``'s index there), a value counted at 1 / 1.3 as the product does."""
     return tail_confidence.replay(
-        steps, lambda k, step, name: [rates[(k, name, p)]  # type: ignore[index]
+        steps, lambda k, step, name: [rates[(index[k], name, p)]  # type: ignore[index]
                                       for p in range(len(step["candidates"][name]))],
         1.0 / (1.0 + TOKEN_MARGIN_PCT / 100), choose, size)
 
 
-def online(steps: list[dict[str, Any]], halve_at: float = 512.0, reveal: str = "committed",
+def online(steps: list[dict[str, Any]], halve_at: float = HALVE_AT, reveal: str = "committed",
            prior: dict[tuple, float] | None = None, weight: float = 16.0
            ) -> dict[tuple, float]:
     """Each token's estimate as the product's online cells would give it, the steps taken in
     the order the engine ran them: every candidate counted up to its first miss as far as the
     step's committed tokens reveal (``reveal`` "all": as far as the whole output does), each
-    cell halved once its trials pass ``halve_at``; a cell starts at 4 trials at 30 %, or at
+    cell halved once its trials pass ``halve_at``; a cell starts at the product's prior, or at
     ``weight`` trials at its ``prior`` rate where that has one. Returns the estimates keyed
     like :func:`estimates` (what each cell held when the step was valued)."""
     trials: dict[tuple, float] = {}
@@ -222,8 +231,8 @@ def online(steps: list[dict[str, Any]], halve_at: float = 512.0, reveal: str = "
             for p, cell in enumerate(cells):
                 if cell not in trials:
                     rate = (prior or {}).get(cell)
-                    trials[cell] = 4.0 if rate is None else weight
-                    won[cell] = trials[cell] * (0.3 if rate is None else rate)
+                    trials[cell] = PRIOR_TRIALS if rate is None else weight
+                    won[cell] = trials[cell] * (PRIOR_RATE if rate is None else rate)
                 rates[(k, name, p)] = won[cell] / trials[cell]
         # what the engine committed this step: the accepted drafts and one more
         known = s["actual"] + 1 if reveal == "committed" else 1 << 30
@@ -247,15 +256,12 @@ def per_dataset(steps: list[dict[str, Any]], runs: dict[str, tuple[str, str,
     report = {}
     for dataset in sorted({s["dataset"] for s in steps}):
         index = [k for k, s in enumerate(steps) if s["dataset"] == dataset]
-        where = {k: j for j, k in enumerate(index)}
         mine = [steps[k] for k in index]
         actual = (sum(1 + s["actual"] for s in mine),
                   sum(_priced(1, len(s["drafted"]), s["knee"], s["floor"]) for s in mine))
         row = {"steps": len(mine), "actual_tps": actual[0] / len(mine)}
         for name, (choose, size, rates) in runs.items():
-            mapped = None if rates is None else {
-                (where[k], c, p): v for (k, c, p), v in rates.items() if k in where}
-            t, c = simulate(mine, mapped, choose, size)
+            t, c = simulate(mine, index, rates, choose, size)
             row[f"{name}_tps"] = t / len(mine)
             row[f"{name}_per_cost"] = t / c / (actual[0] / actual[1])
         report[dataset] = row
