@@ -32,7 +32,11 @@ reach (2 tokens past the match, probability down to 0.05), on the base model (``
 the demo);
 ``k-24`` — adaptive k at 15 and at vLLM ``suffix``'s default 24, beside ``suffix``, on both models;
 ``drain-price`` — adaptive k against the same with the requests that end a draining batch
-priced as in a batch that refills, beside ``suffix``, on both models.
+priced as in a batch that refills, beside ``suffix``, on both models; ``fresh-batch`` — adaptive
+k against the same with a batch that starts afresh refilling where a queue stood behind the
+last one, beside ``suffix``, on the CLLM demo (with ``--prompts`` above the batch size;
+``fresh-batch-swapped``: the two in the other order, since an engine's place in the pool moves
+its ratio by a few per cent; ``fresh-batch-base``: each twice on the base model).
 """
 
 from __future__ import annotations
@@ -125,6 +129,37 @@ def price_drain_as_refill() -> None:
     adaptive.drain_rooms = refill_priced
 
 
+def fresh_batch_refills_after_a_queue() -> None:
+    """In an engine's worker: a batch that starts afresh starts refilling where a request took
+    a finished one's place in the last one (a queue stood behind it), instead of keeping the
+    state the last one ended in."""
+    from vllm_cllm.core import flow
+
+    original = flow.BatchFlow.update
+
+    def update(self: Any, previous: set[str], live: set[str]) -> set[str]:
+        joined = live - previous
+        if len(joined) == len(live):  # a fresh batch
+            if getattr(self, "refilled", False):
+                self.draining = False
+            self.refilled = False
+        elif joined and self._open:  # a request took a finished one's place
+            self.refilled = True
+        return original(self, previous, live)
+
+    flow.BatchFlow.update = update
+
+
+#: The fresh-batch study's engines: the variant first, then the default (``-swapped``: the
+#: other order), or each twice on the base model (``-base``: positions 2 and 5 against 3 and 4).
+FRESH = "jacobi adaptive fresh refills"
+FRESH_BATCH = {
+    "fresh-batch": ("cllm", (FRESH, "jacobi adaptive k=15")),
+    "fresh-batch-swapped": ("cllm", ("jacobi adaptive k=15", FRESH)),
+    "fresh-batch-base": ("base", (FRESH, "jacobi adaptive k=15", "jacobi adaptive k=15 2",
+                                  f"{FRESH} 2")),
+}
+
 #: The lookup-reach studies: per preset, its models, the variant's label and what that
 #: variant's engine runs in its worker first; each beside the shipped reach and vLLM's ``suffix``.
 REACHES: dict[str, tuple[tuple[str, ...], str, Callable[[], None]]] = {
@@ -165,13 +200,20 @@ PRESETS: dict[str, Configs] = {
     **{preset: {name: config for m in models for name, config in {
         **adaptive_variants(m, {label: {}}), f"{m} suffix": (m, SUFFIX_SPEC)}.items()}
        for preset, (models, label, _) in REACHES.items()},
+    **{preset: {f"{m} none": (m, None),
+                **({f"{m} suffix": (m, SUFFIX_SPEC)} if m == "cllm" else {}),
+                **{f"{m} {name}": (m, ADAPTIVE) for name in names}}
+       for preset, (m, names) in FRESH_BATCH.items()},
 }
 #: Per preset, the engines whose worker runs a function before the engine is built.
 SETUPS: dict[str, dict[str, Callable[[], None]]] = {
     **{preset: {f"{m} jacobi adaptive {label}": setup for m in models}
        for preset, (models, label, setup) in REACHES.items()},
     "drain-price": {f"{m} jacobi adaptive refill price": price_drain_as_refill
-                    for m in ("base", "cllm")}}
+                    for m in ("base", "cllm")},
+    **{preset: {f"{m} {name}": fresh_batch_refills_after_a_queue
+                for name in names if name.startswith(FRESH)}
+       for preset, (m, names) in FRESH_BATCH.items()}}
 
 
 def summarise(rounds: list[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:

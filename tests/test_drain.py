@@ -57,23 +57,6 @@ def test_a_fresh_batch_keeps_what_the_last_one_taught():
     assert flow.draining
 
 
-def test_a_fresh_batch_after_one_that_refilled_starts_refilling():
-    """An offline batch larger than the engine's: a queue stood behind the last batch, so the
-    next one's requests that get ahead are not held back before anything finishes."""
-    flow = BatchFlow()
-    live = _steps(flow, set(), {"a", "b"}, 3)
-    live = _steps(flow, live, {"a"}, 1)
-    live = _steps(flow, live, {"a", "c"}, 3)  # "c" took "b"'s place: the queue
-    live = _steps(flow, live, {"c"}, REFILL_STEPS + 1)  # the queue ran dry
-    assert flow.draining
-    live = _steps(flow, live, {"x", "y"}, 3)  # the next call's batch
-    assert not flow.draining
-    live = _steps(flow, live, {"x"}, REFILL_STEPS + 1)  # no queue behind this one
-    assert flow.draining
-    _steps(flow, live, {"p", "q"}, 3)
-    assert flow.draining  # and the one after it drains like it
-
-
 def test_only_the_requests_that_end_last_draft_where_drafts_cost_time():
     s = step([[1, 2, 3]] * 4, [[3]] * 4, rooms=8)
     rooms, priced = drain_rooms(s, 24.0, 0.0)

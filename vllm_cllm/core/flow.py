@@ -21,19 +21,15 @@ REFILL_STEPS = 8
 class BatchFlow:
     """Tracks finishes and arrivals step by step (:meth:`update`). A batch counts as
     refilling until a request finishes and no new one joins the running batch within
-    :data:`REFILL_STEPS` steps; a new request taking a finished one's place marks it
-    refilling again. A batch that starts afresh (none of the last step's requests still
-    running) starts refilling if a request took a finished one's place in the last batch (a
-    queue stood behind it, as behind an offline batch larger than the engine's), else as the
-    last one ended (the next offline batch of the same size drains like the last)."""
+    :data:`REFILL_STEPS` steps; a new request joining while others run marks it refilling
+    again. A batch that starts afresh (none of the last step's requests still running)
+    keeps what was learned: the next offline batch drains like the last."""
 
     def __init__(self) -> None:
         self.draining = False
         #: places left by finished requests and not taken since, and steps they waited
         self._open = 0
         self._waited = 0
-        #: whether a request took a finished one's place since the batch started afresh
-        self._refilled = False
 
     def update(self, previous: set[str], live: set[str]) -> set[str]:
         """A new step runs ``live`` after one that ran ``previous``; the requests new in it
@@ -41,13 +37,10 @@ class BatchFlow:
         joined = live - previous
         finished = len(previous) - (len(live) - len(joined))
         if len(joined) == len(live):  # nothing carried over: a fresh batch (or none)
-            if self._refilled:
-                self.draining = self._refilled = False
             self._open = self._waited = 0
             return joined
         if joined and self._open:
             self.draining = False
-            self._refilled = True
             self._open = self._waited = 0
         if finished:
             if not self._open:
