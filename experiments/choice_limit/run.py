@@ -23,14 +23,15 @@ import numpy as np
 
 from vllm_cllm.bench.oracle import _priced
 from vllm_cllm.policies.acceptance import (
-    HALVE_AT,
     HIT,
+    LEVELS,
     MAX_VOTES,
     MISSED,
     POSITIONS,
     PRIOR_RATE,
     PRIOR_TRIALS,
     UNDRAFTED,
+    TokenAcceptance,
 )
 from vllm_cllm.policies.cost_model import TOKEN_MARGIN_PCT
 from vllm_cllm.sources.suffix_trees import backed_tokens, match_level
@@ -97,8 +98,8 @@ SOURCES = ("suffix", "ngram", "tail", "restart")
 
 
 def steps_of(out: Path, model: str) -> list[dict[str, Any]]:
-    """The logged steps (tail_confidence's reader) with the lookup's match and probabilities
-    and the request's previous draft (its length and accepted count) attached."""
+    """The logged steps (tail_confidence's reader) with the lookup's match and probabilities,
+    the request's output and its previous draft (its length and accepted count) attached."""
     steps = [s for s in tail_confidence.observations(out, model) if s["knee"] is not None]
     suffix = {}
     path = out / f"{model}.suffix.jsonl"
@@ -112,6 +113,7 @@ def steps_of(out: Path, model: str) -> list[dict[str, Any]]:
         entry = suffix.get((s["engine_id"], len(outputs[s["id"]]["prompt"]) + s["position"]))
         s["match_len"] = entry["match_len"] if entry else 0
         s["suffix_probs"] = entry["probs"] if entry else []
+        s["output"] = outputs[s["id"]]["tokens"]
         s["previous"] = last.get(s["id"])
         s["so_far"] = tuple(seen[s["id"]])
         last[s["id"]] = (len(s["drafted"]), s["actual"])
@@ -213,39 +215,38 @@ def simulate(steps: list[dict[str, Any]], index: list[int], rates: dict[tuple, f
         1.0 / (1.0 + TOKEN_MARGIN_PCT / 100), choose, size)
 
 
-def online(steps: list[dict[str, Any]], halve_at: float = HALVE_AT, reveal: str = "committed",
+def online(steps: list[dict[str, Any]], reveal: str = "committed",
            prior: dict[tuple, float] | None = None, weight: float = 16.0
            ) -> dict[tuple, float]:
-    """Each token's estimate as the product's online cells would give it, the steps taken in
-    the order the engine ran them: every candidate counted up to its first miss as far as the
-    step's committed tokens reveal (``reveal`` "all": as far as the whole output does), each
-    cell halved once its trials pass ``halve_at``; a cell starts at the product's prior, or at
-    ``weight`` trials at its ``prior`` rate where that has one. Returns the estimates keyed
-    like :func:`estimates` (what each cell held when the step was valued)."""
-    trials: dict[tuple, float] = {}
-    won: dict[tuple, float] = {}
+    """Each token's estimate as the product's online table gives it
+    (:class:`~vllm_cllm.policies.acceptance.TokenAcceptance`, its cells from
+    :func:`token_rows`), the steps taken in the order the engine ran them: each step valued
+    from the table as it stands, then counted as far as the step's committed tokens reveal
+    (``reveal`` "all": as far as the whole output does); a cell starts at the product's prior,
+    or at ``weight`` trials at its ``prior`` rate where that has one. Returns the estimates
+    keyed like :func:`estimates`."""
+    names = tuple(sorted({name for s in steps for name in s["candidates"]}))
+    table = TokenAcceptance(names)
+
+    def index(cell: tuple) -> tuple[int, int, int, int]:
+        name, position, votes, level, outcome = cell
+        return names.index(name), position, votes * LEVELS + level, outcome
+
+    for cell, rate in (prior or {}).items():
+        if cell[0] in names:
+            table.trials[index(cell)], table.accepted[index(cell)] = weight, weight * rate
     rates: dict[tuple, float] = {}
     for k, s in enumerate(steps):
-        rows = {name: token_rows(s, name)[0] for name in s["candidates"]}
-        for name, cells in rows.items():
-            for p, cell in enumerate(cells):
-                if cell not in trials:
-                    rate = (prior or {}).get(cell)
-                    trials[cell] = PRIOR_TRIALS if rate is None else weight
-                    won[cell] = trials[cell] * (PRIOR_RATE if rate is None else rate)
-                rates[(k, name, p)] = won[cell] / trials[cell]
-        # what the engine committed this step: the accepted drafts and one more
-        known = s["actual"] + 1 if reveal == "committed" else 1 << 30
-        for name, cells in rows.items():
-            a = s["accepted"][name]
-            for p, cell in enumerate(cells):
-                if p >= known or p > a:
-                    break
-                trials[cell] += 1
-                won[cell] += p < a
-                if trials[cell] > halve_at:
-                    trials[cell] /= 2
-                    won[cell] /= 2
+        current = table.accepted / table.trials
+        candidates, cells = {}, {}
+        for name, tokens in s["candidates"].items():
+            where = [index(cell) for cell in token_rows(s, name)[0]]
+            rates.update({(k, name, p): float(current[i]) for p, i in enumerate(where)})
+            row, position, votes, outcome = np.array(where).T
+            candidates[name] = np.asarray(tokens, dtype=np.int64)
+            cells[name] = (int(row[0]), position, votes, int(outcome[0]))
+        end = s["position"] + s["actual"] + 1 if reveal == "committed" else None
+        table.observe(candidates, cells, s["output"][s["position"]:end])
     return rates
 
 
