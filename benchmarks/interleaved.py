@@ -150,6 +150,14 @@ def fresh_batch_refills_after_a_queue() -> None:
     flow.BatchFlow.update = update
 
 
+def verify_with_vllms_sampler() -> None:
+    """In an engine's worker: every verify step through vLLM's rejection sampler, none from
+    the capture's argmax (patches/greedy_verify.py)."""
+    from vllm_cllm.patches import greedy_verify
+
+    greedy_verify.raw_targets = lambda sampling_metadata: False
+
+
 #: The fresh-batch study's engines: the variant first, then the default (``-swapped``: the
 #: other order), or each twice on the base model (``-base``: positions 2 and 5 against 3 and 4).
 FRESH = "jacobi adaptive fresh refills"
@@ -195,6 +203,9 @@ PRESETS: dict[str, Configs] = {
     "k-24": {name: config for m in ("base", "cllm") for name, config in {
         **adaptive_variants(m, K_24), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
+    **{f"greedy-verify{tag}": {**adaptive_variants(m, {"vllm verify": {}}),
+                               f"{m} suffix": (m, SUFFIX_SPEC)}
+       for m, tag in (("cllm", ""), ("base", "-base"))},
     "drain-price": {name: config for m in ("base", "cllm") for name, config in {
         **adaptive_variants(m, {"refill price": {}}), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
     **{preset: {name: config for m in models for name, config in {
@@ -211,6 +222,8 @@ SETUPS: dict[str, dict[str, Callable[[], None]]] = {
        for preset, (models, label, setup) in REACHES.items()},
     "drain-price": {f"{m} jacobi adaptive refill price": price_drain_as_refill
                     for m in ("base", "cllm")},
+    **{f"greedy-verify{tag}": {f"{m} jacobi adaptive vllm verify": verify_with_vllms_sampler}
+       for m, tag in (("cllm", ""), ("base", "-base"))},
     **{preset: {f"{m} {name}": fresh_batch_refills_after_a_queue
                 for name in names if name.startswith(FRESH)}
        for preset, (m, names) in FRESH_BATCH.items()}}

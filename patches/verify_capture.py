@@ -4,8 +4,8 @@
 every draft position of every request. Before calling the original we pass them, with the
 ``SpecDecodeMetadata`` and the row order, to the runner's drafter if it is one of ours
 (:class:`vllm_cllm.proposers.base.SelfDraftingProposer`, marked ``vllm_cllm_observer``), then
-call the original; other drafters are
-untouched.
+call the original (where the capture's argmax is in host memory, handed to the rejection
+sampler: :mod:`vllm_cllm.patches.greedy_verify`); other drafters are untouched.
 ``GPUModelRunner._update_states`` removes finished, aborted and preempted requests from the
 input batch; after it runs, our drafter drops state of every request no longer in the batch
 and learns which of the rest decode greedily (``InputBatch.greedy_reqs``), how many tokens
@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import PatchGroup, Wrap, has_params
+from .greedy_verify import handing
 
 
 def observer_of(runner: Any) -> Any | None:
@@ -36,6 +37,11 @@ def _wrap_sample(original):
             # top-k/p masks, noise), and the draft must not depend on the sampler's randomness.
             observer.observe_verification(logits, spec_decode_metadata,
                                           list(self.input_batch.req_ids))
+            # the argmax the capture took on the host verifies an all-greedy step
+            # (patches/greedy_verify.py)
+            with handing(getattr(self, "rejection_sampler", None),
+                         observer.host_argmax(logits.shape[0])):
+                return original(self, logits, spec_decode_metadata, *args, **kwargs)
         return original(self, logits, spec_decode_metadata, *args, **kwargs)
 
     return _sample

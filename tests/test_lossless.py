@@ -11,7 +11,14 @@ import pytest
 
 from vllm_cllm.bench.datasets import IMMEDIATE_EOS_PROMPT, chat_prompts, humaneval_prompts
 from vllm_cllm.bench.lossless import compare, generate_tokens
-from vllm_cllm.runtime.engine import drafter_of, mean_acceptance_length, spec_metrics, with_engine
+from vllm_cllm.patches.greedy_verify import VERIFIED
+from vllm_cllm.runtime.engine import (
+    drafter_of,
+    mean_acceptance_length,
+    runner_of,
+    spec_metrics,
+    with_engine,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -57,6 +64,7 @@ def _measured_run(llm, prompts):
     result = _run(llm, prompts)
     result["tpf"] = mean_acceptance_length(before, spec_metrics(llm))
     result["captured_steps"] = drafter_of(llm).captured_steps
+    result["verified_steps"] = getattr(runner_of(llm).rejection_sampler, VERIFIED, 0)
     return result
 
 
@@ -97,3 +105,10 @@ def test_drafts_come_from_the_captured_verify_steps(runs, config):
     # The capture takes the verify step's predictions every step (on this CPU the argmax on
     # the host; the device step, torch or Triton, on a GPU: tests/test_kernels.py).
     assert runs[config]["captured_steps"] > 0
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_greedy_steps_are_verified_from_the_captured_argmax(runs, config):
+    # On the CPU platform the capture's argmax verifies the all-greedy steps
+    # (patches/greedy_verify.py): the identity above holds with it.
+    assert runs[config]["verified_steps"] > 0

@@ -112,3 +112,98 @@ def test_a_step_without_drafts_is_sampled_plainly_only_for_our_drafters():
     assert wrapped(ours, undrafted, 2) == ("indices", None, 1, 2)
     assert wrapped(ours, drafted, 2) == ("indices", metadata, 1, 2)
     assert wrapped(theirs, undrafted, 2) == ("indices", metadata, 1, 2)
+
+
+def _greedy_batch(drafts: list[list[int]], vocab: int, seed: int, **overrides):
+    """A verify step as vLLM's runner hands it to the rejection sampler: random logits whose
+    argmax each draft follows for a random number of positions, the spec-decode metadata of
+    ``drafts`` (rows request after request, its drafts then its bonus row) and all-greedy
+    sampling metadata (``overrides`` replace its fields)."""
+    from dataclasses import replace
+
+    import numpy as np
+    import torch
+    from vllm.v1.sample.logits_processor import LogitsProcessors
+    from vllm.v1.sample.metadata import SamplingMetadata
+    from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
+
+    rng = np.random.default_rng(seed)
+    rows = sum(len(d) + 1 for d in drafts)
+    logits = torch.from_numpy(rng.standard_normal((rows, vocab)).astype(np.float32))
+    argmax = logits.argmax(-1).numpy()
+    target, bonus, row = [], [], 0
+    for d in drafts:
+        follows = rng.integers(0, len(d) + 1)  # drafts up to here are the target's argmax
+        for j in range(len(d)):
+            d[j] = int(argmax[row + j]) if j < follows else int((argmax[row + j] + 1) % vocab)
+            target.append(row + j)
+        bonus.append(row + len(d))
+        row += len(d) + 1
+    num = [len(d) for d in drafts]
+    as_tensor = lambda x: torch.tensor(x, dtype=torch.int32)  # noqa: E731
+    metadata = SpecDecodeMetadata(
+        draft_token_ids=as_tensor([t for d in drafts for t in d]), num_draft_tokens=num,
+        cu_num_draft_tokens=as_tensor(np.cumsum(num)),
+        cu_num_sampled_tokens=as_tensor(np.cumsum([n + 1 for n in num])),
+        target_logits_indices=as_tensor(target), bonus_logits_indices=as_tensor(bonus),
+        logits_indices=as_tensor(range(rows)))
+    batch = len(drafts)
+    sampling = SamplingMetadata(
+        temperature=None, all_greedy=True, all_random=False, top_p=None, top_k=None,
+        generators={}, max_num_logprobs=None, no_penalties=True, prompt_token_ids=None,
+        frequency_penalties=torch.zeros(batch), presence_penalties=torch.zeros(batch),
+        repetition_penalties=torch.ones(batch), output_token_ids=[[] for _ in drafts],
+        allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=LogitsProcessors())
+    return logits, metadata, replace(sampling, **overrides)
+
+
+def test_an_all_greedy_step_is_verified_from_the_captured_argmax_as_vllm_verifies_it():
+    """``patches/greedy_verify.py``: with the capture's argmax handed over, every request
+    commits what vLLM's rejection sampler commits (rejected at the first draft, in the
+    middle, accepted whole with its bonus token, no drafts); without it, or where the batch
+    is not verified against the raw logits, vLLM's sampler runs (same output)."""
+    import numpy as np
+    import torch
+    from vllm.v1.sample.rejection_sampler import RejectionSampler
+    from vllm.v1.sample.sampler import Sampler
+
+    from vllm_cllm.kernels.fixed_point import row_argmax
+    from vllm_cllm.patches import greedy_verify
+
+    assert greedy_verify.patch_group().missing() == []
+    from vllm.platforms.cpu import CpuPlatform
+
+    CpuPlatform.register_triton_kernel_overrides()  # vLLM's CPU kernels, as its worker does
+    calls = []
+
+    def original(self, *args):
+        calls.append(args)
+        return RejectionSampler.forward(self, *args)
+
+    forward = greedy_verify._wrap_forward(original)
+    sampler = RejectionSampler(Sampler())
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        drafts = [[0] * int(rng.integers(0, 7)) for _ in range(int(rng.integers(1, 6)))]
+        logits, metadata, sampling = _greedy_batch(drafts, vocab=64, seed=seed)
+        expected = RejectionSampler.forward(sampler, metadata, None, logits.clone(), sampling)
+        with greedy_verify.handing(sampler, row_argmax(logits).numpy()):
+            calls.clear()
+            got = forward(sampler, metadata, None, logits.clone(), sampling)
+            assert calls == []  # verified from the argmax
+            assert got.logprobs_tensors is None
+            assert torch.equal(got.sampled_token_ids, expected.sampled_token_ids)
+            assert got.sampled_token_ids.dtype == expected.sampled_token_ids.dtype
+    # a batch not verified against the raw logits, or no argmax handed: vLLM's own path
+    to_vllm = greedy_verify._wrap_forward(lambda self, *args: "vllm")
+    logits, metadata, _ = _greedy_batch([[0, 0, 0], [0]], vocab=64, seed=1)
+    for overrides in ({"all_greedy": False, "temperature": torch.zeros(2)},
+                      {"no_penalties": False}, {"max_num_logprobs": 0},
+                      {"bad_words_token_ids": {0: [[3]]}}):
+        sampling = _greedy_batch([[0, 0, 0], [0]], vocab=64, seed=1, **overrides)[2]
+        assert not greedy_verify.raw_targets(sampling)
+        with greedy_verify.handing(sampler, row_argmax(logits).numpy()):
+            assert to_vllm(sampler, metadata, None, logits, sampling) == "vllm"
+    sampling = _greedy_batch([[0, 0, 0], [0]], vocab=64, seed=1)[2]
+    assert sampler.__dict__.get(greedy_verify._ARGMAX) is None
+    assert to_vllm(sampler, metadata, None, logits, sampling) == "vllm"

@@ -151,6 +151,15 @@ class SelfDraftingProposer:
                 self.block_len, mask)
         self.captured_steps += self.predictions is not None
 
+    def host_argmax(self, rows: int) -> np.ndarray | None:
+        """This step's argmax of every one of its ``rows`` logits rows where the capture took
+        it in host memory (the CPU platform), else None."""
+        predictions = self.predictions
+        if isinstance(predictions, VerifyPredictions) and predictions.accepted is None \
+                and len(predictions.flat) == rows and len(predictions.offsets) > 1:
+            return predictions.flat
+        return None
+
     def mask_slots(self, req_ids: list[str], num_drafts: list[int]) -> list[int] | None:
         """Trailing draft slots of each request that are SPACE masks (None: no masks)."""
         return None

@@ -170,9 +170,12 @@ class StepCounter:
                               [self.prompt_tokens.get(i, []) for i in self.ids])
 
 
+def runner_of(llm: Any) -> Any:
+    """The model runner of an in-process engine (tests inspect its state)."""
+    worker = llm.llm_engine.model_executor.driver_worker
+    return getattr(worker, "worker", worker).model_runner
+
+
 def drafter_of(llm: Any) -> Any:
     """The proposer instance of an in-process engine (tests inspect its state)."""
-    executor = llm.llm_engine.model_executor
-    worker = executor.driver_worker
-    worker = getattr(worker, "worker", worker)
-    return worker.model_runner.drafter
+    return runner_of(llm).drafter
