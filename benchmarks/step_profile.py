@@ -22,8 +22,11 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from interleaved import verify_with_vllms_sampler
 
 from vllm_cllm.bench.suite import DATASETS, NEVER_DRAFTING, SUFFIX_SPEC
 
@@ -40,10 +43,15 @@ SPECS: dict[str, dict[str, Any] | None] = {
     "jacobi fixed k": {"method": "jacobi", "num_speculative_tokens": 15, "adaptive": False},
     # the proposer and the speculative path without drafts: what drafting must pay back
     "jacobi no drafts": {"method": "jacobi", "num_speculative_tokens": 15, **NEVER_DRAFTING},
+    # the default with every verify step through vLLM's rejection sampler (SETUPS)
+    "jacobi vllm verify": {"method": "jacobi", "num_speculative_tokens": 15},
     # the GPU cost model, unmeasured: drafts of every size at any batch on this CPU
     "jacobi gpu costs": {"method": "jacobi", "num_speculative_tokens": 15,
                          "knee_tokens": 256, "floor_tokens": 0},
 }
+
+#: What a method's process runs before its engine is built.
+SETUPS: dict[str, Callable[[], None]] = {"jacobi vllm verify": verify_with_vllms_sampler}
 
 
 class Timers:
@@ -102,6 +110,8 @@ def profile(method: str, prompts: int, offset: int, max_tokens: int,
     from vllm_cllm.runtime.engine import apply_cpu_env
 
     apply_cpu_env()
+    if method in SETUPS:
+        SETUPS[method]()
     from vllm import SamplingParams
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
