@@ -8,7 +8,8 @@ vLLM builds ``Class(vllm_config)`` in each worker. The worker patches
    to look up a new request's output limit (whether the batch drains:
    :mod:`vllm_cllm.core.flow`);
 2. :meth:`observe_verification` with the verify step's logits, before sampling: the target's
-   predictions at every draft position (the capture, below) and the batch's request ids;
+   predictions at every draft position (the capture, below) and the batch's request ids; an
+   argmax taken on the host then verifies an all-greedy step (:meth:`host_argmax`);
 3. :meth:`propose`, vLLM's own call: the committed tokens of each request; it builds the
    :class:`~vllm_cllm.core.step.VerifyStep` and returns the drafter's drafts.
 
@@ -153,7 +154,8 @@ class SelfDraftingProposer:
 
     def host_argmax(self, rows: int) -> np.ndarray | None:
         """This step's argmax of every one of its ``rows`` logits rows where the capture took
-        it in host memory (the CPU platform), else None."""
+        it in host memory (the CPU platform), else None. A step without drafts has zeros
+        here, which verification never reads (it has no draft to compare)."""
         predictions = self.predictions
         if isinstance(predictions, VerifyPredictions) and predictions.accepted is None \
                 and len(predictions.flat) == rows and len(predictions.offsets) > 1:
