@@ -206,6 +206,11 @@ PRESETS: dict[str, Configs] = {
     **{f"greedy-verify{tag}": {**adaptive_variants(m, {"vllm verify": {}}),
                                f"{m} suffix": (m, SUFFIX_SPEC)}
        for m, tag in (("cllm", ""), ("base", "-base"))},
+    # the same engines with the variant ahead of the default in the pool
+    "greedy-verify-swapped": {"cllm none": ("cllm", None),
+                              "cllm jacobi adaptive vllm verify": ("cllm", ADAPTIVE),
+                              "cllm jacobi adaptive k=15": ("cllm", ADAPTIVE),
+                              "cllm suffix": ("cllm", SUFFIX_SPEC)},
     "drain-price": {name: config for m in ("base", "cllm") for name, config in {
         **adaptive_variants(m, {"refill price": {}}), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
     **{preset: {name: config for m in models for name, config in {
@@ -223,7 +228,7 @@ SETUPS: dict[str, dict[str, Callable[[], None]]] = {
     "drain-price": {f"{m} jacobi adaptive refill price": price_drain_as_refill
                     for m in ("base", "cllm")},
     **{f"greedy-verify{tag}": {f"{m} jacobi adaptive vllm verify": verify_with_vllms_sampler}
-       for m, tag in (("cllm", ""), ("base", "-base"))},
+       for m, tag in (("cllm", ""), ("base", "-base"), ("cllm", "-swapped"))},
     **{preset: {f"{m} {name}": fresh_batch_refills_after_a_queue
                 for name in names if name.startswith(FRESH)}
        for preset, (m, names) in FRESH_BATCH.items()}}
