@@ -36,7 +36,10 @@ priced as in a batch that refills, beside ``suffix``, on both models; ``fresh-ba
 k against the same with a batch that starts afresh refilling where a queue stood behind the
 last one, beside ``suffix``, on the CLLM demo (with ``--prompts`` above the batch size;
 ``fresh-batch-swapped``: the two in the other order, since an engine's place in the pool moves
-its ratio by a few per cent; ``fresh-batch-base``: each twice on the base model).
+its ratio by a few per cent; ``fresh-batch-base``: each twice on the base model);
+``greedy-verify`` — adaptive k against the same with every verify step through vLLM's
+rejection sampler (not the capture's argmax), beside ``suffix``, on the CLLM demo
+(``greedy-verify-swapped``: the two in the other order; ``greedy-verify-base``: the base model).
 """
 
 from __future__ import annotations
@@ -158,6 +161,12 @@ def verify_with_vllms_sampler() -> None:
     greedy_verify.raw_targets = lambda sampling_metadata: False
 
 
+#: The greedy-verify study: per preset its model and whether the variant (verification
+#: through vLLM's sampler) comes before the default in the pool.
+GREEDY_VERIFY = {"greedy-verify": ("cllm", False), "greedy-verify-swapped": ("cllm", True),
+                 "greedy-verify-base": ("base", False)}
+GREEDY_PAIR = (("jacobi adaptive k=15", ADAPTIVE), ("jacobi adaptive vllm verify", ADAPTIVE))
+
 #: The fresh-batch study's engines: the variant first, then the default (``-swapped``: the
 #: other order), or each twice on the base model (``-base``: positions 2 and 5 against 3 and 4).
 FRESH = "jacobi adaptive fresh refills"
@@ -203,14 +212,9 @@ PRESETS: dict[str, Configs] = {
     "k-24": {name: config for m in ("base", "cllm") for name, config in {
         **adaptive_variants(m, K_24), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
-    **{f"greedy-verify{tag}": {**adaptive_variants(m, {"vllm verify": {}}),
-                               f"{m} suffix": (m, SUFFIX_SPEC)}
-       for m, tag in (("cllm", ""), ("base", "-base"))},
-    # the same engines with the variant ahead of the default in the pool
-    "greedy-verify-swapped": {"cllm none": ("cllm", None),
-                              "cllm jacobi adaptive vllm verify": ("cllm", ADAPTIVE),
-                              "cllm jacobi adaptive k=15": ("cllm", ADAPTIVE),
-                              "cllm suffix": ("cllm", SUFFIX_SPEC)},
+    **{preset: {f"{m} {name}": (m, spec) for name, spec in (
+        ("none", None), *(reversed(GREEDY_PAIR) if swapped else GREEDY_PAIR),
+        ("suffix", SUFFIX_SPEC))} for preset, (m, swapped) in GREEDY_VERIFY.items()},
     "drain-price": {name: config for m in ("base", "cllm") for name, config in {
         **adaptive_variants(m, {"refill price": {}}), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
     **{preset: {name: config for m in models for name, config in {
@@ -227,8 +231,8 @@ SETUPS: dict[str, dict[str, Callable[[], None]]] = {
        for preset, (models, label, setup) in REACHES.items()},
     "drain-price": {f"{m} jacobi adaptive refill price": price_drain_as_refill
                     for m in ("base", "cllm")},
-    **{f"greedy-verify{tag}": {f"{m} jacobi adaptive vllm verify": verify_with_vllms_sampler}
-       for m, tag in (("cllm", ""), ("base", "-base"), ("cllm", "-swapped"))},
+    **{preset: {f"{m} {GREEDY_PAIR[1][0]}": verify_with_vllms_sampler}
+       for preset, (m, _) in GREEDY_VERIFY.items()},
     **{preset: {f"{m} {name}": fresh_batch_refills_after_a_queue
                 for name in names if name.startswith(FRESH)}
        for preset, (m, names) in FRESH_BATCH.items()}}

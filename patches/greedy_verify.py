@@ -68,7 +68,9 @@ def greedy_output(argmax: np.ndarray, draft_tokens: np.ndarray, num_draft_tokens
 
     ``argmax``: every logits row's argmax; ``draft_tokens``: the drafts, request after request
     (``num_draft_tokens`` each); ``target_rows``: the logits row that verifies each draft;
-    ``bonus``: [B] the token drawn from each request's bonus row."""
+    ``bonus``: [B] the token drawn from each request's bonus row. The accepted length is the
+    fixed-point step's (:func:`vllm_cllm.kernels.fixed_point_step`), in numpy: that step's torch
+    reference would cost in per-op dispatch about what this saves on a CPU."""
     num = np.asarray(num_draft_tokens, dtype=np.int64)
     batch = len(num)
     out = np.full((batch, width), -1, dtype=np.int32)

@@ -207,3 +207,17 @@ def test_an_all_greedy_step_is_verified_from_the_captured_argmax_as_vllm_verifie
     sampling = _greedy_batch([[0, 0, 0], [0]], vocab=64, seed=1)[2]
     assert sampler.__dict__.get(greedy_verify._ARGMAX) is None
     assert to_vllm(sampler, metadata, None, logits, sampling) == "vllm"
+
+
+def test_the_capture_hands_over_an_argmax_only_for_a_step_with_drafts():
+    """``host_argmax``: the capture's host argmax of every row of a drafting step; nothing for
+    a step without drafts (its predictions hold no argmax) or for another step's row count."""
+    from fakes import jacobi, logits_for, metadata
+
+    proposer = jacobi()
+    logits = logits_for([5, 6, 7, 8, 9])
+    proposer.observe_verification(logits, metadata([[5, 1], [8]]), ["a", "b"])
+    assert proposer.host_argmax(5).tolist() == [5, 6, 7, 8, 9]
+    assert proposer.host_argmax(4) is None
+    proposer.observe_verification(logits_for([3, 4]), metadata([[], []]), ["a", "b"])
+    assert proposer.host_argmax(2) is None

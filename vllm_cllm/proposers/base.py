@@ -154,11 +154,11 @@ class SelfDraftingProposer:
 
     def host_argmax(self, rows: int) -> np.ndarray | None:
         """This step's argmax of every one of its ``rows`` logits rows where the capture took
-        it in host memory (the CPU platform), else None. A step without drafts has zeros
-        here, which verification never reads (it has no draft to compare)."""
+        it in host memory (the CPU platform), else None (also for a step without drafts,
+        whose predictions hold no argmax)."""
         predictions = self.predictions
         if isinstance(predictions, VerifyPredictions) and predictions.accepted is None \
-                and len(predictions.flat) == rows and len(predictions.offsets) > 1:
+                and len(predictions.flat) == rows > len(predictions.req_ids):
             return predictions.flat
         return None
 
