@@ -39,7 +39,9 @@ last one, beside ``suffix``, on the CLLM demo (with ``--prompts`` above the batc
 its ratio by a few per cent; ``fresh-batch-base``: each twice on the base model);
 ``greedy-verify`` — adaptive k against the same with every verify step through vLLM's
 rejection sampler (not the capture's argmax), beside ``suffix``, on the CLLM demo
-(``greedy-verify-swapped``: the two in the other order; ``greedy-verify-base``: the base model).
+(``greedy-verify-swapped``: the two in the other order; ``greedy-verify-base``: the base model);
+``request-calibration`` — adaptive k with and without each request's estimates scaled by how its
+own drafts fared, beside ``suffix``, on the base model (``request-calibration-cllm``: the demo).
 """
 
 from __future__ import annotations
@@ -101,6 +103,8 @@ NO_DRAIN = {"no drain": {"drain": False}}
 MARGINS = {f"margin={m}%": {"token_margin_pct": m} for m in (0, 60)}
 #: The default with room for drafts as long as vLLM ``suffix``'s (its default k is 24).
 K_24 = {"k=24": {"num_speculative_tokens": 24}}
+#: Each request's estimates scaled by how its own drafts fared.
+CALIBRATED = {"calibrated": {"request_calibration": True}}
 #: A cost model under which no draft pays: the speculative path's own cost.
 NEVER = {"never drafting": NEVER_DRAFTING}
 
@@ -212,6 +216,8 @@ PRESETS: dict[str, Configs] = {
     "k-24": {name: config for m in ("base", "cllm") for name, config in {
         **adaptive_variants(m, K_24), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
+    **{preset: {**adaptive_variants(m, CALIBRATED), f"{m} suffix": (m, SUFFIX_SPEC)}
+       for preset, m in (("request-calibration", "base"), ("request-calibration-cllm", "cllm"))},
     **{preset: {f"{m} {name}": (m, spec) for name, spec in (
         ("none", None), *(reversed(GREEDY_PAIR) if swapped else GREEDY_PAIR),
         ("suffix", SUFFIX_SPEC))} for preset, (m, swapped) in GREEDY_VERIFY.items()},

@@ -106,3 +106,53 @@ def test_what_a_request_costs_raises_knee_and_floor_with_the_batch():
 def test_step_cost_is_flat_below_the_floor_and_linear_above():
     assert step_cost(1, 24, 28) == step_cost(4, 24, 28) == 28  # extra query tokens come free
     assert step_cost(16, 24, 28) - step_cost(15, 24, 28) == 1  # then each costs one unit
+
+
+def test_a_requests_calibration_follows_its_drafts_accepted_over_expected():
+    from vllm_cllm.policies.adaptive import CALIBRATION_RANGE, Outcome
+
+    fresh, short, long = Outcome(), Outcome(), Outcome()
+    assert fresh.scale() == 1.0  # the prior alone
+    for _ in range(30):  # the table expected 3 tokens a draft; 1 (short) or 5 (long) came
+        short.in_flight = long.in_flight = 3.0
+        short.settle(1)
+        long.settle(5)
+    assert short.in_flight == 0.0
+    assert 0.35 < short.scale() < 0.45 and 1.55 < long.scale() < 1.7
+    for _ in range(30):  # a run of drafts accepted whole: the scale follows, within its range
+        short.in_flight = 1.0
+        short.settle(15)
+    assert short.scale() == CALIBRATION_RANGE[1]
+
+
+def test_a_request_whose_drafts_fall_short_drafts_less():
+    """The same step's grid chosen and sized with each request's scale: a request scaled down
+    drafts no more than without it and one scaled up no less, some strictly; the values
+    returned are the table's either way (what the calibration compares with)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from vllm_cllm.policies.adaptive import Adaptive
+
+    rng = np.random.default_rng(5)
+    fewer = more = 0
+    rows, k = 16, 8
+    step = SimpleNamespace(num_tokens=np.full(rows, 50))
+    for _ in range(100):
+        policy = Adaptive(["suffix", "ngram", "tail"], CostModel(64.0, 0.0), 0.3)
+        table = policy.acceptance
+        table.accepted[...] = table.trials * rng.uniform(0.3, 0.95, table.trials.shape)
+        grid = rng.integers(0, 4, (rows, 3, k))
+        sizes = np.full((rows, 3), k)
+        scales = rng.choice([0.25, 1.0, 2.0], rows)
+        args = (step, rows, grid, sizes, np.zeros(rows, dtype=np.int64), None,
+                np.full(rows, k), None, None)
+        _, plain_values, _, plain = policy._choose(*args)
+        _, values, _, scaled = policy._choose(*args, scales=scales)
+        assert np.array_equal(values, plain_values)
+        down, up = scales < 1, scales > 1
+        assert (scaled[down] <= plain[down]).all() and (scaled[up] >= plain[up]).all()
+        fewer += int((scaled[down] < plain[down]).sum())
+        more += int((scaled[up] > plain[up]).sum())
+    assert fewer > 20 and more > 20
