@@ -41,7 +41,9 @@ its ratio by a few per cent; ``fresh-batch-base``: each twice on the base model)
 rejection sampler (not the capture's argmax), beside ``suffix``, on the CLLM demo
 (``greedy-verify-swapped``: the two in the other order; ``greedy-verify-base``: the base model);
 ``request-calibration`` — adaptive k with and without each request's estimates scaled by how its
-own drafts fared, beside ``suffix``, on the base model (``request-calibration-cllm``: the demo).
+own drafts fared, beside ``suffix``, on the base model (``request-calibration-cllm``: the demo);
+``calibration-range`` — the same calibration within its range and scaling down only, on the
+base model (``calibration-range-cllm``: the demo).
 """
 
 from __future__ import annotations
@@ -103,8 +105,10 @@ NO_DRAIN = {"no drain": {"drain": False}}
 MARGINS = {f"margin={m}%": {"token_margin_pct": m} for m in (0, 60)}
 #: The default with room for drafts as long as vLLM ``suffix``'s (its default k is 24).
 K_24 = {"k=24": {"num_speculative_tokens": 24}}
-#: Each request's estimates scaled by how its own drafts fared.
+#: Each request's estimates scaled by how its own drafts fared (``<=1``: only scaled down,
+#: set in the engine's worker by :func:`calibrate_down_only`).
 CALIBRATED = {"calibrated": {"request_calibration": True}}
+CALIBRATED_RANGES = {**CALIBRATED, "calibrated <=1": {"request_calibration": True}}
 #: A cost model under which no draft pays: the speculative path's own cost.
 NEVER = {"never drafting": NEVER_DRAFTING}
 
@@ -155,6 +159,13 @@ def fresh_batch_refills_after_a_queue() -> None:
         return original(self, previous, live)
 
     flow.BatchFlow.update = update
+
+
+def calibrate_down_only() -> None:
+    """In an engine's worker: each request's calibration scales its estimates down only."""
+    from vllm_cllm.policies import adaptive
+
+    adaptive.CALIBRATION_RANGE = (adaptive.CALIBRATION_RANGE[0], 1.0)
 
 
 def verify_with_vllms_sampler() -> None:
@@ -218,6 +229,8 @@ PRESETS: dict[str, Configs] = {
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
     **{preset: {**adaptive_variants(m, CALIBRATED), f"{m} suffix": (m, SUFFIX_SPEC)}
        for preset, m in (("request-calibration", "base"), ("request-calibration-cllm", "cllm"))},
+    **{preset: adaptive_variants(m, CALIBRATED_RANGES) for preset, m in (
+        ("calibration-range", "base"), ("calibration-range-cllm", "cllm"))},
     **{preset: {f"{m} {name}": (m, spec) for name, spec in (
         ("none", None), *(reversed(GREEDY_PAIR) if swapped else GREEDY_PAIR),
         ("suffix", SUFFIX_SPEC))} for preset, (m, swapped) in GREEDY_VERIFY.items()},
@@ -233,6 +246,8 @@ PRESETS: dict[str, Configs] = {
 }
 #: Per preset, the engines whose worker runs a function before the engine is built.
 SETUPS: dict[str, dict[str, Callable[[], None]]] = {
+    **{preset: {f"{m} jacobi adaptive calibrated <=1": calibrate_down_only}
+       for preset, m in (("calibration-range", "base"), ("calibration-range-cllm", "cllm"))},
     **{preset: {f"{m} jacobi adaptive {label}": setup for m in models}
        for preset, (models, label, setup) in REACHES.items()},
     "drain-price": {f"{m} jacobi adaptive refill price": price_drain_as_refill
