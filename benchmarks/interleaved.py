@@ -43,7 +43,9 @@ rejection sampler (not the capture's argmax), beside ``suffix``, on the CLLM dem
 ``request-calibration`` — adaptive k with and without each request's estimates scaled by how its
 own drafts fared, beside ``suffix``, on the base model (``request-calibration-cllm``: the demo);
 ``calibration-range`` — the same calibration within its range and scaling down only, on the
-base model (``calibration-range-cllm``: the demo).
+base model (``calibration-range-cllm``: the demo); ``acceptance-positions`` — adaptive k with a
+cell of its own for each of the first 8 and 16 draft positions against the shipped 5, on the
+base model (``acceptance-positions-cllm``: the demo).
 """
 
 from __future__ import annotations
@@ -109,6 +111,8 @@ K_24 = {"k=24": {"num_speculative_tokens": 24}}
 #: set in the engine's worker by :func:`calibrate_down_only`).
 CALIBRATED = {"calibrated": {"request_calibration": True}}
 CALIBRATED_RANGES = {**CALIBRATED, "calibrated <=1": {"request_calibration": True}}
+#: Draft positions with a cell of their own, against the shipped 5 (acceptance.POSITIONS).
+POSITION_CELLS = (8, 16)
 #: A cost model under which no draft pays: the speculative path's own cost.
 NEVER = {"never drafting": NEVER_DRAFTING}
 
@@ -166,6 +170,14 @@ def calibrate_down_only() -> None:
     from vllm_cllm.policies import adaptive
 
     adaptive.CALIBRATION_RANGE = (adaptive.CALIBRATION_RANGE[0], 1.0)
+
+
+def set_acceptance_positions(positions: int) -> None:
+    """In an engine's worker: the acceptance table holds a cell of its own for each of the
+    first ``positions`` draft positions (acceptance.POSITIONS)."""
+    from vllm_cllm.policies import acceptance
+
+    acceptance.POSITIONS = positions
 
 
 def verify_with_vllms_sampler() -> None:
@@ -229,6 +241,8 @@ PRESETS: dict[str, Configs] = {
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
     **{preset: {**adaptive_variants(m, CALIBRATED), f"{m} suffix": (m, SUFFIX_SPEC)}
        for preset, m in (("request-calibration", "base"), ("request-calibration-cllm", "cllm"))},
+    **{preset: adaptive_variants(m, {f"positions={n}": {} for n in POSITION_CELLS})
+       for preset, m in (("acceptance-positions", "base"), ("acceptance-positions-cllm", "cllm"))},
     **{preset: adaptive_variants(m, CALIBRATED_RANGES) for preset, m in (
         ("calibration-range", "base"), ("calibration-range-cllm", "cllm"))},
     **{preset: {f"{m} {name}": (m, spec) for name, spec in (
@@ -246,6 +260,9 @@ PRESETS: dict[str, Configs] = {
 }
 #: Per preset, the engines whose worker runs a function before the engine is built.
 SETUPS: dict[str, dict[str, Callable[[], None]]] = {
+    **{preset: {f"{m} jacobi adaptive positions={n}": partial(set_acceptance_positions, n)
+                for n in POSITION_CELLS}
+       for preset, m in (("acceptance-positions", "base"), ("acceptance-positions-cllm", "cllm"))},
     **{preset: {f"{m} jacobi adaptive calibrated <=1": calibrate_down_only}
        for preset, m in (("calibration-range", "base"), ("calibration-range-cllm", "cllm"))},
     **{preset: {f"{m} jacobi adaptive {label}": setup for m in models}
