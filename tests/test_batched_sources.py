@@ -138,17 +138,15 @@ def _same_drafts_run():
     return load_script("experiments/proposer_step_cost/same_drafts.py").run
 
 
-@pytest.mark.parametrize("calibrated", [False, True])
-def test_small_steps_draft_as_the_grid_does(monkeypatch, calibrated):
+def test_small_steps_draft_as_the_grid_does(monkeypatch):
     """The plain-Python path for a few requests (Adaptive._draft_small, _count_small), and
-    steps that switch between it and the grid, draft exactly what the grid alone does, with
-    each request's calibration too."""
+    steps that switch between it and the grid, draft exactly what the grid alone does."""
     from vllm_cllm.policies import adaptive
     from vllm_cllm.proposers.jacobi import JacobiProposer
 
     run = _same_drafts_run()
     spec = {"method": "jacobi", "num_speculative_tokens": 15, "knee_tokens": 2048,
-            "floor_tokens": 0, "request_calibration": calibrated}
+            "floor_tokens": 0}
     monkeypatch.setattr(adaptive, "SMALL_STEP", 0)
     grid, _ = run(spec, 6, 150, seed=7)
     monkeypatch.setattr(adaptive, "SMALL_STEP", 100)

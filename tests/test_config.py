@@ -15,7 +15,7 @@ def test_defaults_and_valid_options():
         method="jacobi", num_speculative_tokens=8, fill="random", ngram_min=2, ngram_max=4,
         seed=3, adaptive=False, knee_tokens=24, floor_tokens=28, token_margin_pct=30,
         pool_size=8, history_size=16, lookup="history", mask_token_id=None,
-        measure_cost=False, ngram_candidate=True, drain=True, request_calibration=False)
+        measure_cost=False, ngram_candidate=True, drain=True)
     assert not opts.adaptive  # other fills draft a fixed k
     adaptive = parse_options({"method": "jacobi", "num_speculative_tokens": 8,
                               "adaptive": True, "knee_tokens": 64}, max_k=128)

@@ -39,7 +39,6 @@ def test_the_install_builds_the_native_modules():
     ({"knee_tokens": 2048, "floor_tokens": 0}, 64, 60, True),
     ({"knee_tokens": 256, "floor_tokens": 0, "lookup": "ngram"}, 24, 80, True),
     ({}, 8, 100, False),
-    ({"knee_tokens": 2048, "floor_tokens": 0, "request_calibration": True}, 16, 120, True),
 ])
 def test_the_native_path_drafts_what_numpy_drafts(monkeypatch, spec, batch, steps, churn):
     run = _same_drafts_run()
@@ -100,8 +99,8 @@ class _Levels:
 @built
 def test_choosing_matches_numpy_to_the_bit():
     """Adaptive._choose_native against _choose on random grids: the restart block of a row
-    without a tail, backing levels, varied rates, rooms, batch sizes beyond the grid's rows,
-    cost parameters below and above the floor, and requests' calibration scales."""
+    without a tail, backing levels, varied rates, rooms, batch sizes beyond the grid's rows
+    and cost parameters below and above the floor."""
     rng = np.random.default_rng(12)
     for trial in range(300):
         rows, k = int(rng.integers(1, 40)), int(rng.integers(1, 16))
@@ -125,12 +124,9 @@ def test_choosing_matches_numpy_to_the_bit():
         sources = {"suffix": level if trial % 2 else SimpleNamespace(), "ngram": None,
                    "tail": None}
         levels = policy._level_table(sources, [None] * rows, rows)
-        # each request's calibration on every other trial, some scales capping values at 1
-        scales = rng.choice([0.25, 0.7, 1.0, 1.6, 2.0], rows) if trial % 4 < 2 else None
-        expected = policy._choose(step, batch, grid, sizes.copy(), previous, None, rooms, *levels,
-                                  scales=scales)
+        expected = policy._choose(step, batch, grid, sizes.copy(), previous, None, rooms, *levels)
         got = policy._choose_native(step, batch, grid, sizes.copy(), previous, None,
-                                       rooms, *levels, scales=scales)
+                                       rooms, *levels)
         for mine, theirs in zip(got, expected, strict=True):
             assert mine.dtype == theirs.dtype and np.array_equal(mine, theirs)
 

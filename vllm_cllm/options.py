@@ -222,13 +222,6 @@ OPTIONS: tuple[Option, ...] = (
                "Such requests then draft nothing where a draft token costs time (above the "
                "cost model's floor); the others draft priced as a batch of only them, since "
                "their tokens decide when the batch ends (docs/decisions.md)."),
-    Option("request_calibration", bool, ("jacobi",), default=False,
-           only={"jacobi": _ADAPTIVE},
-           meaning="each request's acceptance estimates are scaled by how its own drafts fared",
-           doc="The scale is the request's draft tokens accepted over those the estimates "
-               "expected (recent drafts weighing most, 0.25–2), so that a request whose text "
-               "the sources predict worse (or better) than the shared estimates say drafts "
-               "less (or more). Counted from what vLLM committed, the same on every rank."),
     Option("history_size", int, ("jacobi", "space"), low=0,
            high=lambda p: LOOKUPS[p.get("lookup") or "history"], default=_default_history,
            default_text={"jacobi": "1024 (`suffix`), 16 (`history`)", "space": "16"},
@@ -282,7 +275,6 @@ class ProposerOptions:
     measure_cost: bool
     ngram_candidate: bool
     drain: bool
-    request_calibration: bool
 
     @property
     def vllm_draft_tokens(self) -> int:

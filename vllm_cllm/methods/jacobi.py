@@ -53,8 +53,7 @@ def jacobi_drafter(options: ProposerOptions, max_model_len: int) -> Drafter:
     cost = CostModel(options.knee_tokens, options.floor_tokens)
     policies = [FixedOrder(["ngram", name, "pool", "block"], optional=["pool"]),
                 Adaptive([name, "ngram", "tail"] if options.ngram_candidate else [name, "tail"],
-                         cost, options.token_margin_pct / 100, drain=options.drain,
-                         calibrate=options.request_calibration),
+                         cost, options.token_margin_pct / 100, drain=options.drain),
                 as_is]
 
     def route(step: VerifyStep, rows: list[int]) -> list[int] | int:

@@ -63,7 +63,7 @@ static int by_value(const void *a, const void *b) {
 
 /* choose(grid, sizes, previous, base, level, backed, restart_cells, tail, rooms, num_tokens,
  *        counts, vote_unit, num_previous, max_votes, costs, plain, margin1, batch, trust,
- *        batch_costs, cells, values, best, sized, scales) -> (gain, cost)
+ *        batch_costs, cells, values, best, sized) -> (gain, cost)
  *
  * grid [R, S, K] the candidates (-1 past each); sizes [R, S] their lengths (a row without a
  * tail gets its restart block's: rooms[r] where num_tokens[r] > 0, else 0); previous [R] the
@@ -73,24 +73,21 @@ static int by_value(const void *a, const void *b) {
  * table (trials, then accepted). Writes cells and values [R, S, K], best [R] (the chosen slot,
  * -1 for none) and sized [R] (the chosen candidates sized together, before the plain-decoding
  * check); returns the step's expected gain and cost at that sizing, which the caller checks
- * against drafting nothing (cost_model.beats_plain). scales [R] (None: none): each request's
- * calibration; its values, written as the table gives them, are multiplied by it (at most 1)
- * for the choice and the sizing. */
+ * against drafting nothing (cost_model.beats_plain). */
 static PyObject *choose(PyObject *self, PyObject *args) {
     PyObject *o_grid, *o_sizes, *o_previous, *o_base, *o_level, *o_backed, *o_restart;
     PyObject *o_rooms, *o_num_tokens, *o_counts, *o_costs, *o_batch_costs;
-    PyObject *o_cells, *o_values, *o_best, *o_sized, *o_scales;
+    PyObject *o_cells, *o_values, *o_best, *o_sized;
     Py_ssize_t R, S, K, tail, vote_unit, num_previous, max_votes, batch;
     double plain, margin1, trust;
-    if (!PyArg_ParseTuple(args, "nnnOOOOOOOnOOOnnnOddndOOOOOO", &R, &S, &K, &o_grid, &o_sizes,
+    if (!PyArg_ParseTuple(args, "nnnOOOOOOOnOOOnnnOddndOOOOO", &R, &S, &K, &o_grid, &o_sizes,
                           &o_previous, &o_base, &o_level, &o_backed, &o_restart, &tail,
                           &o_rooms, &o_num_tokens, &o_counts, &vote_unit, &num_previous,
                           &max_votes, &o_costs, &plain, &margin1, &batch, &trust,
-                          &o_batch_costs, &o_cells, &o_values, &o_best, &o_sized,
-                          &o_scales))
+                          &o_batch_costs, &o_cells, &o_values, &o_best, &o_sized))
         return NULL;
-    Buf b[17] = {{{0}}};
-    int with_levels = o_level != Py_None, with_scales = o_scales != Py_None;
+    Buf b[16] = {{{0}}};
+    int with_levels = o_level != Py_None;
     PyObject *result = NULL;
     Item *items = NULL;
     if (take(o_grid, &b[0], 8, R * S * K, 0, "grid") || take(o_sizes, &b[1], 8, R * S, 1, "sizes")
@@ -107,14 +104,11 @@ static PyObject *choose(PyObject *self, PyObject *args) {
     if (with_levels && (take(o_level, &b[14], 8, R * S, 0, "level")
                         || take(o_backed, &b[15], 8, R * S, 0, "backed")))
         goto done;
-    if (with_scales && take(o_scales, &b[16], 8, R, 0, "scales"))
-        goto done;
     const int64_t *grid = b[0].view.buf, *previous = b[2].view.buf, *base = b[3].view.buf;
     const int64_t *restart = b[4].view.buf, *rooms = b[5].view.buf;
     const int64_t *num_tokens = b[6].view.buf;
     const int64_t *level = with_levels ? b[14].view.buf : NULL;
     const int64_t *backed = with_levels ? b[15].view.buf : NULL;
-    const double *scales = with_scales ? b[16].view.buf : NULL;
     const double *costs = b[8].view.buf, *batch_costs = b[9].view.buf;
     int64_t *sizes = b[1].view.buf, *cells = b[10].view.buf, *best = b[12].view.buf;
     int64_t *sized = b[13].view.buf;
@@ -163,12 +157,7 @@ static PyObject *choose(PyObject *self, PyObject *args) {
                 double x = accepted[cell] / trials[cell];
                 product = k ? product * x : x;
                 v[s * K + k] = product;
-                double valued = product;
-                if (with_scales) {
-                    valued = product * scales[r];
-                    if (!(valued < 1.0)) valued = 1.0;
-                }
-                sum = k ? sum + valued : valued;
+                sum = k ? sum + product : product;
                 if (k < length) {
                     double here = (1 + sum / margin1) / costs[k];
                     if (here > most) most = here;
@@ -189,12 +178,7 @@ static PyObject *choose(PyObject *self, PyObject *args) {
         if (!(v[s * K] > 0))
             cap = 0;
         for (Py_ssize_t k = 0; k < cap && k < K; k++) {
-            double valued = v[s * K + k];
-            if (with_scales) {
-                valued *= scales[r];
-                if (!(valued < 1.0)) valued = 1.0;
-            }
-            items[num_items].value = valued;
+            items[num_items].value = v[s * K + k];
             items[num_items].row = r;
             items[num_items].pos = k;
             num_items++;
@@ -219,7 +203,7 @@ static PyObject *choose(PyObject *self, PyObject *args) {
     result = Py_BuildValue("(dd)", gain, batch_costs[taken]);
 done:
     free(items);
-    release(b, 17);
+    release(b, 16);
     return result;
 }
 

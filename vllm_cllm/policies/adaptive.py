@@ -15,7 +15,6 @@ requests that end last draft where drafts cost time, priced as a batch of only t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -49,13 +48,6 @@ from vllm_cllm.policies.cost_model import (
     step_cost,
 )
 from vllm_cllm.policies.fixed_order import gather
-
-#: Per-request calibration (``request_calibration``): each drafted step's sums decay by this
-#: factor (the last ten or so drafts weigh most), a prior of this many tokens at ratio 1, and the
-#: range the scale stays within.
-CALIBRATION_DECAY = 0.9
-CALIBRATION_PRIOR = 4.0
-CALIBRATION_RANGE = (0.25, 2.0)
 
 #: Steps of at most this many adaptive requests are valued in plain Python
 #: (:meth:`Adaptive._draft_small`): below it the grid's fixed cost outweighs what the grid
@@ -145,27 +137,6 @@ class Outcome:
     #: candidates of a step in which the request drafted nothing, kept until the tokens it
     #: commits afterwards decide every one of them (:class:`Shadow`)
     shadow: Shadow | None = None
-    #: the request's calibration (:meth:`calibrated`): decayed sums of the draft tokens
-    #: accepted and of those the table expected accepted (before calibration), and what the
-    #: table expected of its draft in flight (0: none)
-    accepted_sum: float = 0.0
-    expected_sum: float = 0.0
-    in_flight: float = 0.0
-
-    def settle(self, accepted: int) -> None:
-        """Add the draft in flight, of which ``accepted`` tokens were accepted, to the sums."""
-        self.accepted_sum = self.accepted_sum * CALIBRATION_DECAY + accepted
-        self.expected_sum = self.expected_sum * CALIBRATION_DECAY + self.in_flight
-        self.in_flight = 0.0
-
-    def scale(self) -> float:
-        """What the table's estimates for this request are multiplied by: its drafts' tokens
-        accepted over those the table expected, from a prior of :data:`CALIBRATION_PRIOR`
-        tokens at 1, within :data:`CALIBRATION_RANGE`."""
-        low, high = CALIBRATION_RANGE
-        ratio = (self.accepted_sum + CALIBRATION_PRIOR) / (self.expected_sum
-                                                           + CALIBRATION_PRIOR)
-        return min(max(ratio, low), high)
 
 
 @dataclass
@@ -207,12 +178,8 @@ class Adaptive:
     part = "adaptive"
 
     def __init__(self, names: Sequence[str], cost: CostModel, token_margin: float,
-                 tail: str = "tail", restart: str = "restart", drain: bool = True,
-                 calibrate: bool = False) -> None:
+                 tail: str = "tail", restart: str = "restart", drain: bool = True) -> None:
         self.names = tuple(names)
-        #: whether each request's estimates are scaled by how its drafts fared
-        #: (:meth:`Outcome.scale`)
-        self.calibrate = calibrate
         #: whether only the requests that end last draft in a draining batch (drain_rooms)
         self.drain = drain
         self.tail, self.restart = tail, restart
@@ -250,8 +217,6 @@ class Adaptive:
             outcome = state.parts.get(part)
             if state.last_drafted:
                 previous = HIT if len(committed[i]) > 1 else MISSED
-                if outcome is not None and outcome.in_flight:
-                    outcome.settle(min(len(committed[i]) - 1, state.last_drafted))
             else:
                 previous = UNDRAFTED
                 undrafted.add(i)
@@ -429,11 +394,8 @@ class Adaptive:
         tail = self._tail
         tail_sizes = sizes[:, tail].tolist()  # 0: offered a restart block instead
         choose = self._choose_native if self.acceptance.native is not None else self._choose
-        scales = np.array([outcome.scale() for outcome in outcomes]) if self.calibrate \
-            else None
         cells, values, best, sized = choose(step, priced, grid, sizes, previous, subset, rooms,
-                                            *self._level_table(sources, states, len(rows)),
-                                            scales=scales)
+                                            *self._level_table(sources, states, len(rows)))
         kept = (grid, cells)
         for r, outcome in enumerate(outcomes):
             outcome.batch, outcome.row = kept, r
@@ -447,8 +409,6 @@ class Adaptive:
             if not n:
                 continue
             drafting.append(j)
-            if scales is not None:  # what the table expects of the draft, before scaling
-                outcomes[j].in_flight = math.fsum(values[j, s, :n].tolist())
             if s == tail and not tail_sizes[j]:
                 restarts.append(j)
                 restart_sizes.append(n)
@@ -471,16 +431,14 @@ class Adaptive:
 
     def _choose(self, step: VerifyStep, batch: int, grid: np.ndarray, sizes: np.ndarray,
                 previous: np.ndarray, subset: np.ndarray | None, rooms: np.ndarray,
-                level: np.ndarray | None, backed: np.ndarray | None,
-                scales: np.ndarray | None = None
+                level: np.ndarray | None, backed: np.ndarray | None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """A step's grid valued, chosen and sized in numpy: each token's cells [R, S, K], the
-        candidates' values [R, S, K] (the table's, before ``scales``), each request's chosen
-        slot [R] (-1: none) and its draft tokens [R]. A request without a tail (``sizes``'
-        tail slot 0) is offered a restart block of its room in that slot (its ``sizes`` entry
-        is set). ``level`` and ``backed``: :meth:`_level_table`. ``batch``: the batch size the
-        drafts are priced at (:func:`drain_rooms`). ``scales`` [R]: each request's
-        calibration, its values multiplied by it (at most 1) for the choice and sizing."""
+        candidates' values [R, S, K], each request's chosen slot [R] (-1: none) and its draft
+        tokens [R]. A request without a tail (``sizes``' tail slot 0) is offered a restart
+        block of its room in that slot (its ``sizes`` entry is set). ``level`` and ``backed``:
+        :meth:`_level_table`. ``batch``: the batch size the drafts are priced at
+        (:func:`drain_rooms`)."""
         knee, floor = self.cost.at(batch)
         width = grid.shape[2]
         levels = None
@@ -496,13 +454,12 @@ class Adaptive:
             lengths = step.num_tokens[bare if subset is None else subset[bare]]
             sizes[bare, self._tail] = np.where(lengths > 0, rooms[bare], 0)
         values = self.acceptance.grid_values(cells)
-        valued = values if scales is None else np.minimum(values * scales[:, None, None], 1.0)
-        best = best_candidates(valued, sizes, knee, floor, self.token_margin)
+        best = best_candidates(values, sizes, knee, floor, self.token_margin)
         # the chosen candidates sized together; the rest of the step counts in the batch
         chosen = (best >= 0).nonzero()[0]
         slot = best[chosen]
         sized = np.zeros(len(grid), dtype=np.int64)
-        sized[chosen] = draft_lengths_grid(valued[chosen, slot],
+        sized[chosen] = draft_lengths_grid(values[chosen, slot],
                                            np.minimum(rooms[chosen], sizes[chosen, slot]),
                                            knee, floor, token_margin=self.token_margin,
                                            batch=batch)
@@ -510,8 +467,7 @@ class Adaptive:
 
     def _choose_native(self, step: VerifyStep, batch: int, grid: np.ndarray, sizes: np.ndarray,
                        previous: np.ndarray, subset: np.ndarray | None, rooms: np.ndarray,
-                       level: np.ndarray | None, backed: np.ndarray | None,
-                       scales: np.ndarray | None = None
+                       level: np.ndarray | None, backed: np.ndarray | None
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`_choose` in one call of the C module (``_grid_native.choose``): the same
         cells, values, choices and sizes, to the bit."""
@@ -539,7 +495,7 @@ class Adaptive:
             restart_cells, self._tail, np.ascontiguousarray(rooms, dtype=np.int64), num_tokens,
             table.counts, LEVELS * num_previous, num_previous, MAX_VOTES, costs, plain,
             1 + self.token_margin, batch, 1.0 / (1.0 + self.token_margin), step_costs, cells,
-            values, best, sized, scales)
+            values, best, sized)
         if not beats_plain(gain, cost, batch, knee, floor):
             sized[:] = 0
         return cells, values, best, sized
@@ -567,7 +523,6 @@ class Adaptive:
         plain = 1.0 / step_cost(1, knee, floor)
         margin = 1 + self.token_margin
         chosen: list[tuple[int, int, list[float]]] = []  # (j, slot, values up to its cap)
-        raw: dict[int, list[float]] = {}  # the chosen values before calibration
         levels = {s: (level.tolist(), backed.tolist())
                   for s, (level, backed) in self._levels(sources, states).items()}
         for j, outcome in enumerate(outcomes):
@@ -582,8 +537,7 @@ class Adaptive:
             previous = outcome.previous
             outcome.small, outcome.cell_previous = (tokens, marks), previous
             outcome.batch = None
-            scale = outcome.scale() if self.calibrate else None
-            best, best_rate, best_values, best_raw = -1, plain, None, []
+            best, best_rate, best_values = -1, plain, None
             for s, row in enumerate(self._row_list):
                 mine, cell_previous = marks[s], previous
                 if s == tail and not tokens[s]:  # a restart block, valued as the tail
@@ -591,25 +545,19 @@ class Adaptive:
                     cell_previous = MISSED
                 if not mine:
                     continue
-                values, table_values, value, total, rate = [], [], 1.0, 0.0, -np.inf
+                values, value, total, rate = [], 1.0, 0.0, -np.inf
                 for p, vote in enumerate(mine):
                     value *= rates[((row * positions + min(p, last)) * num_votes + vote)
                                    * num_previous + cell_previous]
-                    table_values.append(value)
-                    valued = value if scale is None else min(value * scale, 1.0)
-                    values.append(valued)
-                    total += valued
+                    values.append(value)
+                    total += value
                     rate = max(rate, (1 + total / margin) / costs[p])
                 if rate > best_rate:
-                    best, best_rate, best_values, best_raw = s, rate, values, table_values
+                    best, best_rate, best_values = s, rate, values
             if best >= 0:
                 assert best_values is not None
                 chosen.append((j, best, best_values))
-                raw[j] = best_raw
         sized = _sized_small(rows, lengths, chosen, knee, floor, self.token_margin, batch)
-        if self.calibrate:  # what the table expects of each draft, before scaling
-            for j, n in sized.items():
-                outcomes[j].in_flight = math.fsum(raw[j][:n])
         drafts = [EMPTY] * len(rows)
         restarts = [j for j, s, _ in chosen if s == tail and not len(candidates[names[tail]][j])
                     and sized.get(j)]
@@ -625,7 +573,7 @@ class Adaptive:
             if n and j not in restarts:
                 drafts[j] = candidates[names[s]][j][:n]
         if self.recorder is not None:
-            expected = {j: float(sum(raw[j][:len(drafts[j])])) for j, _, _ in chosen
+            expected = {j: float(sum(values[:len(drafts[j])])) for j, _, values in chosen
                         if len(drafts[j])}
             self._record(step, rows, candidates, drafts, restarts, drawn, expected)
         return drafts
