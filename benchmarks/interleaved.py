@@ -40,12 +40,9 @@ its ratio by a few per cent; ``fresh-batch-base``: each twice on the base model)
 ``greedy-verify`` — adaptive k against the same with every verify step through vLLM's
 rejection sampler (not the capture's argmax), beside ``suffix``, on the CLLM demo
 (``greedy-verify-swapped``: the two in the other order; ``greedy-verify-base``: the base model);
-``request-calibration`` — adaptive k with and without each request's estimates scaled by how its
-own drafts fared, beside ``suffix``, on the base model (``request-calibration-cllm``: the demo);
-``calibration-range`` — the same calibration within its range and scaling down only, on the
-base model (``calibration-range-cllm``: the demo); ``acceptance-positions`` — adaptive k with a
-cell of its own for each of the first 8 and 16 draft positions against the shipped 5, on the
-base model (``acceptance-positions-cllm``: the demo).
+``acceptance-positions`` — adaptive k with a cell of its own for each of the first 8 and 16
+draft positions against the shipped 5, on the base model (``acceptance-positions-cllm``: the
+demo).
 """
 
 from __future__ import annotations
@@ -107,10 +104,6 @@ NO_DRAIN = {"no drain": {"drain": False}}
 MARGINS = {f"margin={m}%": {"token_margin_pct": m} for m in (0, 60)}
 #: The default with room for drafts as long as vLLM ``suffix``'s (its default k is 24).
 K_24 = {"k=24": {"num_speculative_tokens": 24}}
-#: Each request's estimates scaled by how its own drafts fared (``<=1``: only scaled down,
-#: set in the engine's worker by :func:`calibrate_down_only`).
-CALIBRATED = {"calibrated": {"request_calibration": True}}
-CALIBRATED_RANGES = {**CALIBRATED, "calibrated <=1": {"request_calibration": True}}
 #: Draft positions with a cell of their own, against the shipped 5 (acceptance.POSITIONS).
 POSITION_CELLS = (8, 16)
 #: A cost model under which no draft pays: the speculative path's own cost.
@@ -163,13 +156,6 @@ def fresh_batch_refills_after_a_queue() -> None:
         return original(self, previous, live)
 
     flow.BatchFlow.update = update
-
-
-def calibrate_down_only() -> None:
-    """In an engine's worker: each request's calibration scales its estimates down only."""
-    from vllm_cllm.policies import adaptive
-
-    adaptive.CALIBRATION_RANGE = (adaptive.CALIBRATION_RANGE[0], 1.0)
 
 
 def set_acceptance_positions(positions: int) -> None:
@@ -239,12 +225,8 @@ PRESETS: dict[str, Configs] = {
     "k-24": {name: config for m in ("base", "cllm") for name, config in {
         **adaptive_variants(m, K_24), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
-    **{preset: {**adaptive_variants(m, CALIBRATED), f"{m} suffix": (m, SUFFIX_SPEC)}
-       for preset, m in (("request-calibration", "base"), ("request-calibration-cllm", "cllm"))},
     **{preset: adaptive_variants(m, {f"positions={n}": {} for n in POSITION_CELLS})
        for preset, m in (("acceptance-positions", "base"), ("acceptance-positions-cllm", "cllm"))},
-    **{preset: adaptive_variants(m, CALIBRATED_RANGES) for preset, m in (
-        ("calibration-range", "base"), ("calibration-range-cllm", "cllm"))},
     **{preset: {f"{m} {name}": (m, spec) for name, spec in (
         ("none", None), *(reversed(GREEDY_PAIR) if swapped else GREEDY_PAIR),
         ("suffix", SUFFIX_SPEC))} for preset, (m, swapped) in GREEDY_VERIFY.items()},
@@ -263,8 +245,6 @@ SETUPS: dict[str, dict[str, Callable[[], None]]] = {
     **{preset: {f"{m} jacobi adaptive positions={n}": partial(set_acceptance_positions, n)
                 for n in POSITION_CELLS}
        for preset, m in (("acceptance-positions", "base"), ("acceptance-positions-cllm", "cllm"))},
-    **{preset: {f"{m} jacobi adaptive calibrated <=1": calibrate_down_only}
-       for preset, m in (("calibration-range", "base"), ("calibration-range-cllm", "cllm"))},
     **{preset: {f"{m} jacobi adaptive {label}": setup for m in models}
        for preset, (models, label, setup) in REACHES.items()},
     "drain-price": {f"{m} jacobi adaptive refill price": price_drain_as_refill
