@@ -42,7 +42,8 @@ rejection sampler (not the capture's argmax), beside ``suffix``, on the CLLM dem
 (``greedy-verify-swapped``: the two in the other order; ``greedy-verify-base``: the base model);
 ``acceptance-positions`` — adaptive k with a cell of its own for each of the first 8 and 16
 draft positions against the shipped 5, on the base model (``acceptance-positions-cllm``: the
-demo).
+demo); ``lookup-whole`` — adaptive k against the same drafting its lookup candidate whole
+(vLLM ``suffix``'s rule inside this proposer), beside ``suffix``, on the base model.
 """
 
 from __future__ import annotations
@@ -158,6 +159,23 @@ def fresh_batch_refills_after_a_queue() -> None:
     flow.BatchFlow.update = update
 
 
+def draft_the_lookup_whole() -> None:
+    """In an engine's worker: the adaptive policy counts and chooses as usual, then every
+    request drafts its lookup candidate whole, to its room (vLLM ``suffix``'s rule, inside
+    this proposer)."""
+    from vllm_cllm.policies.adaptive import Adaptive
+
+    draft = Adaptive.draft
+
+    def whole(self: Any, step: Any, rows: Any, states: Any, sources: Any) -> Any:
+        draft(self, step, rows, states, sources)  # the table and records as usual
+        name = self.names[0]
+        return sources[name].propose(step, list(rows), step.rooms[list(rows)].tolist(),
+                                     list(states))[name]
+
+    Adaptive.draft = whole
+
+
 def set_acceptance_positions(positions: int) -> None:
     """In an engine's worker: the acceptance table holds a cell of its own for each of the
     first ``positions`` draft positions (acceptance.POSITIONS)."""
@@ -225,6 +243,8 @@ PRESETS: dict[str, Configs] = {
     "k-24": {name: config for m in ("base", "cllm") for name, config in {
         **adaptive_variants(m, K_24), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
+    "lookup-whole": {**adaptive_variants("base", {"lookup whole": {}}),
+                     "base suffix": ("base", SUFFIX_SPEC)},
     **{preset: adaptive_variants(m, {f"positions={n}": {} for n in POSITION_CELLS})
        for preset, m in (("acceptance-positions", "base"), ("acceptance-positions-cllm", "cllm"))},
     **{preset: {f"{m} {name}": (m, spec) for name, spec in (
@@ -242,6 +262,7 @@ PRESETS: dict[str, Configs] = {
 }
 #: Per preset, the engines whose worker runs a function before the engine is built.
 SETUPS: dict[str, dict[str, Callable[[], None]]] = {
+    "lookup-whole": {"base jacobi adaptive lookup whole": draft_the_lookup_whole},
     **{preset: {f"{m} jacobi adaptive positions={n}": partial(set_acceptance_positions, n)
                 for n in POSITION_CELLS}
        for preset, m in (("acceptance-positions", "base"), ("acceptance-positions-cllm", "cllm"))},
