@@ -43,7 +43,9 @@ rejection sampler (not the capture's argmax), beside ``suffix``, on the CLLM dem
 ``acceptance-positions`` — adaptive k with a cell of its own for each of the first 8 and 16
 draft positions against the shipped 5, on the base model (``acceptance-positions-cllm``: the
 demo); ``lookup-whole`` — adaptive k against the same drafting its lookup candidate whole
-(vLLM ``suffix``'s rule inside this proposer), beside ``suffix``, on the base model.
+(vLLM ``suffix``'s rule inside this proposer), beside ``suffix``, on the base model
+(``lookup-whole-chosen``: also the lookup drafted whole only where the default drafted a prefix
+of it, without ``suffix``).
 """
 
 from __future__ import annotations
@@ -159,19 +161,24 @@ def fresh_batch_refills_after_a_queue() -> None:
     flow.BatchFlow.update = update
 
 
-def draft_the_lookup_whole() -> None:
+def draft_the_lookup_whole(only_chosen: bool = False) -> None:
     """In an engine's worker: the adaptive policy counts and chooses as usual, then every
     request drafts its lookup candidate whole, to its room (vLLM ``suffix``'s rule, inside
-    this proposer)."""
+    this proposer); ``only_chosen``: only where the policy drafted a prefix of it."""
     from vllm_cllm.policies.adaptive import Adaptive
 
     draft = Adaptive.draft
 
     def whole(self: Any, step: Any, rows: Any, states: Any, sources: Any) -> Any:
-        draft(self, step, rows, states, sources)  # the table and records as usual
+        drafts = draft(self, step, rows, states, sources)  # the table and records as usual
         name = self.names[0]
-        return sources[name].propose(step, list(rows), step.rooms[list(rows)].tolist(),
-                                     list(states))[name]
+        lookups = sources[name].propose(step, list(rows), step.rooms[list(rows)].tolist(),
+                                        list(states))[name]
+        if not only_chosen:
+            return lookups
+        return [lookup if len(mine) and len(lookup) > len(mine)
+                and (lookup[:len(mine)] == mine).all() else mine
+                for mine, lookup in zip(drafts, lookups, strict=True)]
 
     Adaptive.draft = whole
 
@@ -245,6 +252,8 @@ PRESETS: dict[str, Configs] = {
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
     "lookup-whole": {**adaptive_variants("base", {"lookup whole": {}}),
                      "base suffix": ("base", SUFFIX_SPEC)},
+    "lookup-whole-chosen": adaptive_variants("base", {"lookup whole where chosen": {},
+                                                      "lookup whole": {}}),
     **{preset: adaptive_variants(m, {f"positions={n}": {} for n in POSITION_CELLS})
        for preset, m in (("acceptance-positions", "base"), ("acceptance-positions-cllm", "cllm"))},
     **{preset: {f"{m} {name}": (m, spec) for name, spec in (
@@ -263,6 +272,9 @@ PRESETS: dict[str, Configs] = {
 #: Per preset, the engines whose worker runs a function before the engine is built.
 SETUPS: dict[str, dict[str, Callable[[], None]]] = {
     "lookup-whole": {"base jacobi adaptive lookup whole": draft_the_lookup_whole},
+    "lookup-whole-chosen": {
+        "base jacobi adaptive lookup whole where chosen": partial(draft_the_lookup_whole, True),
+        "base jacobi adaptive lookup whole": draft_the_lookup_whole},
     **{preset: {f"{m} jacobi adaptive positions={n}": partial(set_acceptance_positions, n)
                 for n in POSITION_CELLS}
        for preset, m in (("acceptance-positions", "base"), ("acceptance-positions-cllm", "cllm"))},
