@@ -107,8 +107,6 @@ NO_DRAIN = {"no drain": {"drain": False}}
 MARGINS = {f"margin={m}%": {"token_margin_pct": m} for m in (0, 60)}
 #: The default with room for drafts as long as vLLM ``suffix``'s (its default k is 24).
 K_24 = {"k=24": {"num_speculative_tokens": 24}}
-#: Draft positions with a cell of their own, against the shipped 5 (acceptance.POSITIONS).
-POSITION_CELLS = (8, 16)
 #: A cost model under which no draft pays: the speculative path's own cost.
 NEVER = {"never drafting": NEVER_DRAFTING}
 
@@ -191,6 +189,20 @@ def set_acceptance_positions(positions: int) -> None:
     acceptance.POSITIONS = positions
 
 
+#: Studies of variants that a function in the engine's worker makes: per preset its model, its
+#: variants (label: that function) and whether vLLM ``suffix`` runs beside.
+WHOLE = {"lookup whole": draft_the_lookup_whole}
+POSITION_CELLS = {f"positions={n}": partial(set_acceptance_positions, n) for n in (8, 16)}
+WORKER_VARIANTS: dict[str, tuple[str, dict[str, Callable[[], None]], bool]] = {
+    "lookup-whole": ("base", WHOLE, True),
+    "lookup-whole-chosen": (
+        "base", {"lookup whole where chosen": partial(draft_the_lookup_whole, True), **WHOLE},
+        False),
+    "acceptance-positions": ("base", POSITION_CELLS, False),
+    "acceptance-positions-cllm": ("cllm", POSITION_CELLS, False),
+}
+
+
 def verify_with_vllms_sampler() -> None:
     """In an engine's worker: every verify step through vLLM's rejection sampler, none from
     the capture's argmax (patches/greedy_verify.py)."""
@@ -250,12 +262,9 @@ PRESETS: dict[str, Configs] = {
     "k-24": {name: config for m in ("base", "cllm") for name, config in {
         **adaptive_variants(m, K_24), f"{m} suffix": (m, SUFFIX_SPEC)}.items()},
     "spec-path": {**adaptive_variants("cllm", NEVER), "cllm suffix": ("cllm", SUFFIX_SPEC)},
-    "lookup-whole": {**adaptive_variants("base", {"lookup whole": {}}),
-                     "base suffix": ("base", SUFFIX_SPEC)},
-    "lookup-whole-chosen": adaptive_variants("base", {"lookup whole where chosen": {},
-                                                      "lookup whole": {}}),
-    **{preset: adaptive_variants(m, {f"positions={n}": {} for n in POSITION_CELLS})
-       for preset, m in (("acceptance-positions", "base"), ("acceptance-positions-cllm", "cllm"))},
+    **{preset: {**adaptive_variants(m, dict.fromkeys(variants, {})),
+                **({f"{m} suffix": (m, SUFFIX_SPEC)} if beside else {})}
+       for preset, (m, variants, beside) in WORKER_VARIANTS.items()},
     **{preset: {f"{m} {name}": (m, spec) for name, spec in (
         ("none", None), *(reversed(GREEDY_PAIR) if swapped else GREEDY_PAIR),
         ("suffix", SUFFIX_SPEC))} for preset, (m, swapped) in GREEDY_VERIFY.items()},
@@ -271,13 +280,8 @@ PRESETS: dict[str, Configs] = {
 }
 #: Per preset, the engines whose worker runs a function before the engine is built.
 SETUPS: dict[str, dict[str, Callable[[], None]]] = {
-    "lookup-whole": {"base jacobi adaptive lookup whole": draft_the_lookup_whole},
-    "lookup-whole-chosen": {
-        "base jacobi adaptive lookup whole where chosen": partial(draft_the_lookup_whole, True),
-        "base jacobi adaptive lookup whole": draft_the_lookup_whole},
-    **{preset: {f"{m} jacobi adaptive positions={n}": partial(set_acceptance_positions, n)
-                for n in POSITION_CELLS}
-       for preset, m in (("acceptance-positions", "base"), ("acceptance-positions-cllm", "cllm"))},
+    **{preset: {f"{m} jacobi adaptive {label}": setup for label, setup in variants.items()}
+       for preset, (m, variants, _) in WORKER_VARIANTS.items()},
     **{preset: {f"{m} jacobi adaptive {label}": setup for m in models}
        for preset, (models, label, setup) in REACHES.items()},
     "drain-price": {f"{m} jacobi adaptive refill price": price_drain_as_refill

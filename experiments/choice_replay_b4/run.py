@@ -71,6 +71,7 @@ def analyze(args: argparse.Namespace) -> None:
             data = json.loads(path.read_text())
             requests = {rid: (len(p), t) for rid, p, t in
                         zip(data["ids"], data["prompt_tokens"], data["tokens"], strict=True)}
+            known = set(requests)
             steps = defaultdict(list)
             for line in data["records"]:
                 steps[line["step"]].extend((line, r) for r in line["requests"])
@@ -81,7 +82,7 @@ def analyze(args: argparse.Namespace) -> None:
                 gained = defaultdict(int)  # per rule: tokens accepted, tokens drafted
                 drafted = defaultdict(int)
                 for _, request in pairs:
-                    rid = _external(request["id"], set(requests))
+                    rid = _external(request["id"], known)
                     if rid is None:
                         continue
                     prompt, output = requests[rid]
